@@ -1,0 +1,1 @@
+"""The ``neural`` command line: one module per subcommand, registered in ``commands.py``."""

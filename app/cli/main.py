@@ -1,0 +1,40 @@
+"""Entry point of the ``neural`` console script."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="neural", description="Local gpt-oss: desktop app, API server and tools.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in commands.load():
+        sp = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(sp)
+        sp.set_defaults(_run=mod.run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run = getattr(args, "_run", None)
+    if run is None:
+        # No subcommand: start the desktop app when it is installed, else show help.
+        try:
+            from app.gui_main import main as gui_main  # type: ignore[import-not-found]
+        except ImportError:
+            parser.print_help()
+            return 2
+        return int(gui_main([]))
+    try:
+        return int(run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
