@@ -1,0 +1,82 @@
+"""Text ↔ token helpers for harmony: ordinary encoding and UTF-8-safe incremental decoding.
+
+Harmony encodes every text piece with ``encode_ordinary``: a special-token string such as
+``<|start|>`` typed by a user must stay ordinary BPE tokens. ``tokenizers`` always splits
+added-token strings out of the text (``add_special_tokens=False`` only disables the
+post-processor template), so text that contains one is tokenized through the
+normalizer → pre-tokenizer → model pipeline by hand, which never sees the added tokens.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tokenizers import Tokenizer
+
+
+class OrdinaryEncoder:
+    """Encodes text as ordinary tokens, never producing added/special token ids."""
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self._tok = tok
+        contents = sorted({t.content for t in tok.get_added_tokens_decoder().values()}, key=len, reverse=True)
+        self._added = re.compile("|".join(re.escape(c) for c in contents)) if contents else None
+
+    def encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        if self._added is None or self._added.search(text) is None:
+            # Fast path (the common case): nothing the added-token matcher could split out.
+            return list(self._tok.encode(text, add_special_tokens=False).ids)
+        return self._encode_by_hand(text)
+
+    def _encode_by_hand(self, text: str) -> list[int]:
+        tok = self._tok
+        if tok.normalizer is not None:
+            text = tok.normalizer.normalize_str(text)
+        pieces = tok.pre_tokenizer.pre_tokenize_str(text) if tok.pre_tokenizer is not None else [(text, (0, 0))]
+        ids: list[int] = []
+        for piece, _span in pieces:
+            ids.extend(t.id for t in tok.model.tokenize(piece))
+        return ids
+
+
+class IncrementalDecoder:
+    """Turns a stream of ordinary token ids into text deltas without splitting a UTF-8
+    character across deltas (byte-level BPE tokens can end mid-character).
+
+    Keeps a small window [prefix, read) of the last emitted tokens so each step decodes
+    only a few ids: a step emits only when the decoded window grew and does not end in an
+    incomplete character (U+FFFD). Deltas concatenated equal ``tok.decode(all ids)``.
+    """
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self._tok = tok
+        self._ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+
+    @property
+    def ids(self) -> list[int]:
+        return self._ids
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False) if ids else ""
+
+    def push(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        prefix_text = self._decode(self._ids[self._prefix : self._read])
+        new_text = self._decode(self._ids[self._prefix :])
+        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+            self._prefix, self._read = self._read, len(self._ids)
+            return new_text[len(prefix_text) :]
+        return ""
+
+    def flush(self) -> str:
+        """Whatever is still held back (an incomplete character decodes as U+FFFD)."""
+        if self._read == len(self._ids):
+            return ""
+        prefix_text = self._decode(self._ids[self._prefix : self._read])
+        new_text = self._decode(self._ids[self._prefix :])
+        self._prefix = self._read = len(self._ids)
+        return new_text[len(prefix_text) :] if new_text.startswith(prefix_text) else new_text

@@ -1,0 +1,210 @@
+"""The exact gpt-oss forward pass in PyTorch — the oracle for every fast path.
+
+Math per gpt-oss-facts.md §4 and §7: RMSNorm in fp32 with the gain applied before the
+downcast; q/k/v with bias; half-split RoPE with YaRN (cos/sin computed in fp32, scaled by
+the concentration, cast to the activation dtype); attention with a per-head sink logit and
+the sliding window on the layers ``layer_types`` marks; GQA; router top-k then softmax over
+the k; interleaved gate/up, clamp, alpha, (up + 1); down bias before the routing weight.
+Runs in float32 (for checking) or bfloat16 (as the model runs). The K/V cache keeps every
+position for every layer; the window is applied by the mask, as in the references.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .checkpoint import Checkpoint
+from .config import ModelConfig, yarn_inv_freq
+from .mxfp4 import dequantize
+
+# (layer, normalized hidden [T, H], expert ids [T, k], routing weights [T, k]) -> [T, H]
+ExpertsFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
+    t = x.float()
+    t = t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps)
+    return (gain.float() * t).to(x.dtype)
+
+
+def rope_cos_sin(cfg: ModelConfig, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    inv, conc = yarn_inv_freq(cfg)
+    inv_t = torch.tensor(inv, dtype=torch.float32)
+    ang = positions.float()[:, None] * inv_t[None, :]
+    return (ang.cos() * conc).to(dtype), (ang.sin() * conc).to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, heads, D]; cos/sin [T, D/2]; half-split (NeoX) pairing."""
+    x1, x2 = x.chunk(2, dim=-1)
+    c, s = cos[:, None, :], sin[:, None, :]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+
+def swiglu(h: torch.Tensor, limit: float, alpha: float) -> torch.Tensor:
+    g, u = h[..., 0::2], h[..., 1::2]
+    g = g.clamp(max=limit)
+    u = u.clamp(min=-limit, max=limit)
+    return g * torch.sigmoid(g * alpha) * (u + 1)
+
+
+def expert_forward(t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor,
+                   limit: float, alpha: float) -> torch.Tensor:
+    """One expert on tokens t [n, H]; w1 [2I, H] (out x in), w2 [H, I]."""
+    h = t @ w1.t() + b1
+    return swiglu(h, limit, alpha) @ w2.t() + b2
+
+
+@dataclass
+class KVCache:
+    """Per layer K and V, [kv_heads, T, head_dim], post-RoPE, in the activation dtype."""
+
+    keys: list[torch.Tensor] = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return int(self.keys[0].shape[1]) if self.keys else 0
+
+    def truncate(self, n: int) -> None:
+        self.keys = [k[:, :n].contiguous() for k in self.keys]
+        self.values = [v[:, :n].contiguous() for v in self.values]
+
+    def clone(self) -> KVCache:
+        return KVCache([k.clone() for k in self.keys], [v.clone() for v in self.values])
+
+
+class ReferenceModel:
+    def __init__(self, ck: Checkpoint, dtype: torch.dtype = torch.float32, experts_fn: ExpertsFn | None = None,
+                 expert_cache_bytes: int = 256 << 20) -> None:
+        self.ck = ck
+        self.cfg = ck.config
+        self.dtype = dtype
+        self.experts_fn = experts_fn
+        self._dense: dict[str, torch.Tensor] = {}
+        self._experts: OrderedDict[tuple[int, int], tuple[torch.Tensor, ...]] = OrderedDict()
+        self._expert_cache_bytes = expert_cache_bytes
+        self._expert_bytes = 0
+
+    # ---- weights ------------------------------------------------------------------------
+    def w(self, name: str) -> torch.Tensor:
+        t = self._dense.get(name)
+        if t is None:
+            t = self.ck.bf16(name).to(self.dtype)
+            self._dense[name] = t
+        return t
+
+    def expert_weights(self, layer: int, e: int) -> tuple[torch.Tensor, ...]:
+        key = (layer, e)
+        hit = self._experts.get(key)
+        if hit is not None:
+            self._experts.move_to_end(key)
+            return hit
+        a = self.ck.expert_arrays(layer, e)
+        w1 = dequantize(a["gate_up_proj_blocks"], a["gate_up_proj_scales"], self.dtype)
+        w2 = dequantize(a["down_proj_blocks"], a["down_proj_scales"], self.dtype)
+        from .checkpoint import bf16_bits_to_tensor
+
+        b1 = bf16_bits_to_tensor(a["gate_up_proj_bias"]).to(self.dtype)
+        b2 = bf16_bits_to_tensor(a["down_proj_bias"]).to(self.dtype)
+        out = (w1, b1, w2, b2)
+        nbytes = sum(t.numel() * t.element_size() for t in out)
+        self._experts[key] = out
+        self._expert_bytes += nbytes
+        while self._expert_bytes > self._expert_cache_bytes and len(self._experts) > 1:
+            _, old = self._experts.popitem(last=False)
+            self._expert_bytes -= sum(t.numel() * t.element_size() for t in old)
+        return out
+
+    # ---- blocks -------------------------------------------------------------------------
+    def attention(self, layer: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        cfg = self.cfg
+        p = f"model.layers.{layer}.self_attn."
+        T = x.shape[0]
+        q = F.linear(x, self.w(p + "q_proj.weight"), self.w(p + "q_proj.bias")).view(T, cfg.num_attention_heads, -1)
+        k = F.linear(x, self.w(p + "k_proj.weight"), self.w(p + "k_proj.bias")).view(T, cfg.num_key_value_heads, -1)
+        v = F.linear(x, self.w(p + "v_proj.weight"), self.w(p + "v_proj.bias")).view(T, cfg.num_key_value_heads, -1)
+        cos, sin = rope_cos_sin(cfg, positions, self.dtype)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k_all = torch.cat((cache.keys[layer], k.transpose(0, 1)), dim=1)
+        v_all = torch.cat((cache.values[layer], v.transpose(0, 1)), dim=1)
+        cache.keys[layer], cache.values[layer] = k_all, v_all
+        S = k_all.shape[1]
+        kpos = torch.arange(S)
+        allowed = kpos[None, :] <= positions[:, None]
+        if cfg.is_sliding(layer):
+            allowed &= kpos[None, :] > positions[:, None] - cfg.sliding_window
+        g = cfg.gqa_group
+        kk = k_all.repeat_interleave(g, dim=0)  # [heads, S, D]
+        vv = v_all.repeat_interleave(g, dim=0)
+        scores = torch.matmul(q.transpose(0, 1), kk.transpose(1, 2)) * (cfg.head_dim ** -0.5)  # [heads, T, S]
+        scores = scores.masked_fill(~allowed[None], float("-inf"))
+        sinks = self.w(p + "sinks").view(-1, 1, 1).expand(-1, T, 1)
+        logits = torch.cat((scores, sinks), dim=-1)
+        logits = logits - logits.max(dim=-1, keepdim=True).values
+        probs = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]
+        out = torch.matmul(probs, vv).transpose(0, 1).reshape(T, -1)  # [T, heads*D]
+        return F.linear(out, self.w(p + "o_proj.weight"), self.w(p + "o_proj.bias"))
+
+    def route(self, layer: int, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p = f"model.layers.{layer}.mlp.router."
+        logits = F.linear(t, self.w(p + "weight"), self.w(p + "bias"))
+        top, idx = torch.topk(logits, self.cfg.num_experts_per_tok, dim=-1)
+        return idx, F.softmax(top, dim=-1, dtype=top.dtype)
+
+    def experts(self, layer: int, t: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        out = torch.zeros_like(t)
+        for e in torch.unique(idx).tolist():
+            tok, slot = torch.where(idx == e)
+            w1, b1, w2, b2 = self.expert_weights(layer, e)
+            y = expert_forward(t[tok], w1, b1, w2, b2, cfg.swiglu_limit, cfg.swiglu_alpha)
+            out.index_add_(0, tok, (y * weights[tok, slot, None]).to(t.dtype))
+        return out
+
+    # ---- model --------------------------------------------------------------------------
+    def new_cache(self) -> KVCache:
+        cfg = self.cfg
+        empty = torch.zeros(cfg.num_key_value_heads, 0, cfg.head_dim, dtype=self.dtype)
+        n = cfg.num_hidden_layers
+        return KVCache([empty] * n, [empty] * n)
+
+    def embed(self, ids: list[int]) -> torch.Tensor:
+        table = self.ck.array("model.embed_tokens.weight")
+        from .checkpoint import bf16_bits_to_tensor
+
+        return bf16_bits_to_tensor(table[ids]).to(self.dtype)
+
+    def layer(self, i: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        p = f"model.layers.{i}."
+        eps = self.cfg.rms_norm_eps
+        x = x + self.attention(i, rms_norm(x, self.w(p + "input_layernorm.weight"), eps), positions, cache)
+        t = rms_norm(x, self.w(p + "post_attention_layernorm.weight"), eps)
+        idx, weights = self.route(i, t)
+        fn = self.experts_fn or self.experts
+        return x + fn(i, t, idx, weights).to(x.dtype)
+
+    def hidden(self, ids: list[int], cache: KVCache) -> torch.Tensor:
+        start = cache.length
+        positions = torch.arange(start, start + len(ids))
+        x = self.embed(ids)
+        for i in range(self.cfg.num_hidden_layers):
+            x = self.layer(i, x, positions, cache)
+        return rms_norm(x, self.w("model.norm.weight"), self.cfg.rms_norm_eps)
+
+    @torch.inference_mode()
+    def forward(self, ids: list[int], cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
+        """Process ``ids`` after what ``cache`` holds; returns fp32 logits [T or 1, vocab]."""
+        if not ids:
+            raise ValueError("forward needs at least one token")
+        cache = cache if cache is not None else self.new_cache()
+        h = self.hidden(ids, cache)
+        if last_only:
+            h = h[-1:]
+        head = self.w("lm_head.weight") if not self.cfg.tie_word_embeddings else self.w("model.embed_tokens.weight")
+        return F.linear(h, head).float()
