@@ -70,9 +70,8 @@ def _property(key: str, prop: Any, required: bool, indent: str) -> str:
         lines += f"{indent}// {title}\n{indent}//\n"
     desc = prop.get("description")
     one_of = prop.get("oneOf")
-    if not isinstance(one_of, list):
-        if isinstance(desc, str):
-            lines += f"{indent}// {desc}\n"
+    if not isinstance(one_of, list) and isinstance(desc, str):
+        lines += f"{indent}// {desc}\n"
     examples = prop.get("examples")
     if isinstance(examples, list) and examples:
         lines += f"{indent}// Examples:\n"
