@@ -154,9 +154,13 @@ def drop_earlier_analysis(messages: list[HarmonyMessage]) -> list[HarmonyMessage
     return [m for i, m in enumerate(messages) if not (i < first_final and m.channel == "analysis")]
 
 
-def conversation_pieces(conv: Conversation, *, add_generation_prompt: bool = True) -> list[Piece]:
+def conversation_pieces(conv: Conversation, *, add_generation_prompt: bool = True,
+                        auto_drop_analysis: bool = True) -> list[Piece]:
+    messages = conversation_messages(conv)
+    if auto_drop_analysis:
+        messages = drop_earlier_analysis(messages)
     pieces: list[Piece] = []
-    for m in drop_earlier_analysis(conversation_messages(conv)):
+    for m in messages:
         pieces += m.pieces()
     if add_generation_prompt:
         pieces += [START, "assistant"]
@@ -175,14 +179,19 @@ def encode_pieces(pieces: list[Piece], tok: Tokenizer, sp: SpecialTokens) -> lis
 
 
 def render_conversation(conv: Conversation, tok: Tokenizer, sp: SpecialTokens, *,
-                        add_generation_prompt: bool = True) -> list[int]:
-    """Prompt token ids for ``conv``, ending in ``<|start|>assistant`` by default."""
-    return encode_pieces(conversation_pieces(conv, add_generation_prompt=add_generation_prompt), tok, sp)
+                        add_generation_prompt: bool = True, auto_drop_analysis: bool = True) -> list[int]:
+    """Prompt token ids for ``conv``, ending in ``<|start|>assistant`` by default.
+    ``auto_drop_analysis=False`` keeps every analysis message (e.g. to re-render a reply
+    exactly as it was generated)."""
+    pieces = conversation_pieces(conv, add_generation_prompt=add_generation_prompt,
+                                 auto_drop_analysis=auto_drop_analysis)
+    return encode_pieces(pieces, tok, sp)
 
 
-def render_text(conv: Conversation, *, add_generation_prompt: bool = True) -> str:
+def render_text(conv: Conversation, *, add_generation_prompt: bool = True, auto_drop_analysis: bool = True) -> str:
     """The same rendering as a string with the special tokens spelled out (debugging, goldens)."""
-    pieces = conversation_pieces(conv, add_generation_prompt=add_generation_prompt)
+    pieces = conversation_pieces(conv, add_generation_prompt=add_generation_prompt,
+                                 auto_drop_analysis=auto_drop_analysis)
     return "".join(p.text if isinstance(p, Special) else p for p in pieces)
 
 
