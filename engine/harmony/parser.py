@@ -82,7 +82,9 @@ class HarmonyStreamParser:
         self._finished = False
         # state: "header" (collecting header ids), "content" (inside a message), "between" (after <|end|>)
         self._state = "header"
+        self._header_after_start = False  # the first header follows the prompt's <|start|>assistant
         self._header_ids: list[int] = []  # text ids of the header segment being collected
+        self._header_text_ids: list[int] = []  # all text ids of the header (to replay it as text)
         self._header_text = ""  # decoded header so far, with marks for channel/constrain
         self._header_len = 0
         self._header: Header | None = None
@@ -127,7 +129,7 @@ class HarmonyStreamParser:
             return []
         events: list[ParserEvent] = []
         if self._stop_reason is None:
-            if self._state == "header" and _CHANNEL_MARK not in self._header_text:
+            if self._state == "header" and not self._looks_like_cut_header():
                 # plain text that never became a header (the model ignored the format)
                 events += self._degrade_header()
             events += self._end_message()
@@ -138,7 +140,9 @@ class HarmonyStreamParser:
 
     def _begin_header(self) -> None:
         self._state = "header"
+        self._header_after_start = True
         self._header_ids, self._header_text, self._header_len, self._header = [], "", 0, None
+        self._header_text_ids = []
 
     def _flush_header_segment(self) -> None:
         if self._header_ids:
@@ -160,9 +164,23 @@ class HarmonyStreamParser:
             self._header_text += _CONSTRAIN_MARK
         elif not self._is_other_special(token_id):
             self._header_ids.append(token_id)
+            self._header_text_ids.append(token_id)
         if self._header_len > MAX_HEADER_TOKENS or self._header_has_newline():
             return self._degrade_header()
         return []
+
+    def _looks_like_cut_header(self) -> bool:
+        """Whether the pending header is a real one cut off by the end of the stream (drop it)
+        rather than text written without any harmony structure (show it)."""
+        self._flush_header_segment()
+        if _CHANNEL_MARK in self._header_text or _CONSTRAIN_MARK in self._header_text:
+            return True
+        words = self._header_text.split()
+        if not words or words[0].startswith("to="):
+            return True
+        if not self._header_after_start:  # the prompt already gave the role
+            return False
+        return words[0].startswith("assistant") or (len(words) == 1 and "assistant".startswith(words[0]))
 
     def _header_has_newline(self) -> bool:
         if not self._header_ids:
@@ -170,10 +188,11 @@ class HarmonyStreamParser:
         return "\n" in self._tok.decode(self._header_ids[-1:], skip_special_tokens=False)
 
     def _degrade_header(self) -> list[ParserEvent]:
-        """The 'header' was really text: reopen it as a final-channel message."""
-        self._flush_header_segment()
-        text = self._header_text.replace(_CHANNEL_MARK, "").replace(_CONSTRAIN_MARK, "")
+        """The 'header' was really text: reopen it as a final-channel message and replay its
+        ids through the content decoder (UTF-8 safe, unlike the header's own decoding)."""
+        replay = self._header_text_ids
         self._open_message(Header(role="assistant", channel="final", recipient=None))
+        text = "".join(self._content.push(i) for i in replay)
         return [TextDelta("final", text)] if text else []
 
     def _feed_between(self, token_id: int) -> list[ParserEvent]:

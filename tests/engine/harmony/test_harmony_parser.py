@@ -245,3 +245,27 @@ def test_random_token_streams_never_crash(tok: Tokenizer, sp: SpecialTokens, dat
         if isinstance(e, TextDelta):
             assert e.text and e.channel in ("analysis", "commentary", "final")
     assert parser.finish() == []
+
+
+def test_stream_cut_inside_next_header_shows_no_role_text(tok: Tokenizer, sp: SpecialTokens) -> None:
+    for tail in ("<|start|>", "<|start|>assis", "<|start|>assistant", "<|start|>assistant to=functions.f"):
+        ids = harmony_ids(tok, "<|channel|>analysis<|message|>a<|end|>" + tail)
+        reply = parse_completion(tok, sp, ids)
+        assert (reply.analysis, reply.final, reply.tool_calls) == ("a", "", ()), tail
+
+
+def test_endoftext_stops(tok: Tokenizer, sp: SpecialTokens) -> None:
+    ids = harmony_ids(tok, "<|channel|>final<|message|>bye<|endoftext|>more")
+    reply = parse_completion(tok, sp, ids)
+    assert (reply.final, reply.stop_reason) == ("bye", "stop")
+
+
+def test_short_plain_completion_is_not_mistaken_for_a_header(tok: Tokenizer, sp: SpecialTokens) -> None:
+    for text in ("a", "as", "assistant", "ok"):
+        assert parse_completion(tok, sp, OrdinaryEncoder(tok).encode(text)).final == text
+
+
+def test_degraded_header_keeps_multibyte_characters_whole(tok: Tokenizer, sp: SpecialTokens) -> None:
+    text = "é" * MAX_HEADER_TOKENS + " done"  # the header limit falls inside a character
+    reply = parse_completion(tok, sp, OrdinaryEncoder(tok).encode(text))
+    assert reply.final == text
