@@ -84,12 +84,14 @@ class ModelConfig:
     def is_sliding(self, layer: int) -> bool:
         return self.layer_types[layer] == "sliding_attention"
 
-    def expert_bytes(self) -> int:
-        """Bytes of one expert as stored in the checkpoint (codes, scales, bf16 biases)."""
+    def expert_mxfp4_bytes(self) -> int:
+        """MXFP4 codes + scales of one expert (the design doc's 13,219,200 B at the 120b shape)."""
         h, i = self.hidden_size, self.intermediate_size
-        gate_up = 2 * i * (h // 2 + h // MXFP4_BLOCK) + 2 * i * 2
-        down = h * (i // 2 + i // MXFP4_BLOCK) + h * 2
-        return gate_up + down
+        return 2 * i * (h // 2 + h // MXFP4_BLOCK) + h * (i // 2 + i // MXFP4_BLOCK)
+
+    def expert_bytes(self) -> int:
+        """Bytes of one expert as stored in the checkpoint: MXFP4 plus both bf16 biases."""
+        return self.expert_mxfp4_bytes() + 2 * (2 * self.intermediate_size + self.hidden_size)
 
     # ---- parsing --------------------------------------------------------------------
     @classmethod

@@ -90,6 +90,8 @@ PRESETS: dict[str, SynthShape] = {
     "tiny": SynthShape(64, 4, 8, 4, 4, 2, 16, 64, 512, sliding_window=8),
     # odd sizes: nothing a power of two, top-k 3, a window shorter than test prompts
     "odd": SynthShape(96, 3, 6, 3, 6, 3, 24, 160, 600, sliding_window=5),
+    # the bundled demo model (random weights): small enough to ship, big enough to look like a model
+    "demo": SynthShape(128, 4, 16, 4, 4, 2, 32, 128, 1024, sliding_window=16),
     "small": SynthShape(256, 6, 16, 4, 8, 2, 32, 256, 1024, sliding_window=16),
     "20b-shape": SynthShape(2880, 24, 32, 4, 64, 8, 64, 2880, 201088),
     "120b-shape": SynthShape(2880, 36, 128, 4, 64, 8, 64, 2880, 201088),

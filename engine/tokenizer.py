@@ -96,9 +96,17 @@ def build_synthetic_tokenizer(vocab_size: int) -> Tokenizer:
     # Pad the model vocabulary to exactly n_model so special ids are predictable.
     data = json.loads(tok.to_str())
     vocab: dict[str, int] = data["model"]["vocab"]
+    # Fill up with byte-level letter pairs/triples so random ids still decode to text.
+    letters = "etaoinshrdlucmfwypvbgkqjxz"
+    fillers = (p + q for p in ("", "\u0120") for q in (a + b for a in letters for b in letters))
+    fillers3 = ("\u0120" + a + b + c for a in letters for b in letters for c in letters)
+    for piece in (*fillers, *fillers3):
+        if len(vocab) >= n_model:
+            break
+        vocab.setdefault(piece, len(vocab))
     k = 0
     while len(vocab) < n_model:
-        vocab[f"<|pad_{k}|>"] = len(vocab)
+        vocab.setdefault(f"x{k}", len(vocab))
         k += 1
     data["model"]["vocab"] = vocab
     data["added_tokens"] = [

@@ -10,6 +10,7 @@ MODULES: list[str] = [
     "app.cli.cmd_generate",
     "app.cli.cmd_logits",
     "app.cli.cmd_synth",
+    "app.cli.cmd_serve",
 ]
 
 

@@ -1,0 +1,147 @@
+"""The embeddable API server: ``await ApiServer(engine, config).start()`` ... ``await stop()``.
+
+It runs on whatever asyncio loop is current, so the same class serves ``neural serve``
+(a plain ``asyncio.run``) and the desktop app (the qasync loop behind the API switch).
+The engine may be swapped or be ``None`` while a model loads; requests then get a 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .config import ServerConfig
+from .engine_bridge import EngineBridge, Work
+from .errors import ApiError
+from .security import CONFIG_KEY, MIDDLEWARES, add_cors_headers
+
+if TYPE_CHECKING:
+    from engine.session import Engine
+
+log = logging.getLogger(__name__)
+
+
+class ApiServer:
+    def __init__(self, engine: Engine | None, config: ServerConfig | None = None) -> None:
+        self.engine = engine
+        self.config = config or ServerConfig()
+        self.bridge = EngineBridge(self.config.max_waiting)
+        self.started_at = time.time()
+        self.requests_served = 0
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self.port: int | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def build_app(self) -> web.Application:
+        from . import routes_chat, routes_completions, routes_models, routes_responses
+
+        app = web.Application(middlewares=MIDDLEWARES, client_max_size=self.config.max_body_bytes)
+        app[CONFIG_KEY] = self.config
+        app[SERVER_KEY] = self
+        app.on_response_prepare.append(add_cors_headers)
+        for module in (routes_models, routes_chat, routes_completions, routes_responses):
+            app.add_routes(module.routes)
+        return app
+
+    async def start(self) -> None:
+        """Bind and start serving on the running loop; ``self.port`` is the bound port."""
+        if self._runner is not None:
+            return
+        self.bridge.start()
+        # handler_cancellation: a vanished client cancels its handler, which cancels the
+        # generation instead of letting it run to max_tokens.
+        runner = web.AppRunner(self.build_app(), handler_cancellation=True, access_log=log)
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.host, self.config.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            await self.bridge.stop()
+            raise OSError(exc.errno, f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}. "
+                          f"Is another server using the port? Pick another with --port.") from exc
+        self._runner, self._site = runner, site
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        self.started_at = time.time()
+        log.info("API server listening on %s", self.url)
+
+    async def stop(self) -> None:
+        runner, self._runner, self._site = self._runner, None, None
+        await self.bridge.stop()
+        if runner is not None:
+            await runner.cleanup()
+        self.bridge = EngineBridge(self.config.max_waiting)  # a later start() gets a fresh worker
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    @property
+    def url(self) -> str:
+        host = self.config.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    # ---- helpers for the routes ----------------------------------------------------------
+    def require_engine(self) -> Engine:
+        if self.engine is None:
+            raise ApiError(503, "No model is loaded yet. Load one in the app, or start the server with "
+                           "'neural serve MODEL_DIR'.", code="model_not_loaded")
+        return self.engine
+
+    @property
+    def model_id(self) -> str:
+        if self.config.model_id:
+            return self.config.model_id
+        return self.engine.info.name if self.engine is not None else "none"
+
+    def context_limit(self, engine: Engine) -> int:
+        return int(engine.settings.context)
+
+    async def prompt_tokens(self, count: Callable[[], int]) -> int:
+        """Token count of a prompt, computed off the event loop (long prompts take a while)."""
+        return await asyncio.get_running_loop().run_in_executor(None, count)
+
+    async def check_fits(self, engine: Engine, n_prompt: int, param: str = "messages") -> None:
+        limit = self.context_limit(engine)
+        if n_prompt >= limit:
+            raise ApiError(400, f"This model's context is {limit} tokens, but the prompt is {n_prompt} tokens. "
+                           f"Shorten the {param} (or start the engine with a larger context).", param=param,
+                           code="context_length_exceeded")
+
+    def submit(self, work: Work) -> Any:
+        self.requests_served += 1
+        return self.bridge.submit(work)
+
+    def health(self) -> dict[str, Any]:
+        eng = self.engine
+        return {
+            "status": "ok" if eng is not None else "loading",
+            "model": self.model_id,
+            "busy": self.bridge.busy,
+            "waiting": self.bridge.waiting,
+            "queue_limit": self.bridge.max_waiting,
+            "requests": self.requests_served,
+            "uptime_s": round(time.time() - self.started_at, 1),
+        }
+
+
+SERVER_KEY: web.AppKey[ApiServer] = web.AppKey("neural_api_server", ApiServer)
+
+
+async def serve_forever(server: ApiServer) -> None:
+    """Headless use: start, then wait until cancelled (Ctrl+C), then stop cleanly."""
+    await server.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()

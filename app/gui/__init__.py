@@ -1,0 +1,1 @@
+"""Desktop app wiring: storage, settings, engine host, background tasks, API switch, crash handler."""

@@ -1,0 +1,32 @@
+"""Where models come from: a folder the user names, the configured one, or the bundled demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "resources" / "demo-model"
+DEMO_PRESET = "demo"
+DEMO_SEED = 20261129
+
+
+def demo_model_dir() -> Path:
+    """The bundled tiny synthetic checkpoint (random weights), written on first use if absent."""
+    if not (DEMO_DIR / "config.json").is_file():
+        from engine.synth import PRESETS, write_synthetic_checkpoint
+
+        write_synthetic_checkpoint(DEMO_DIR, PRESETS[DEMO_PRESET], seed=DEMO_SEED, skew=1.0)
+    return DEMO_DIR
+
+
+def resolve_model_dir(arg: str | None) -> Path:
+    if arg:
+        return Path(arg).expanduser()
+    try:
+        from app.settings_store import load_app_settings  # type: ignore[import-not-found]
+
+        configured = load_app_settings().model_dir
+        if configured:
+            return Path(configured)
+    except Exception:
+        pass
+    return demo_model_dir()

@@ -1,0 +1,91 @@
+"""The compute backend behind a session: holds the K/V state of one token sequence.
+
+The session (engine/session.py) owns rendering, sampling, prefix reuse and events; a
+backend only turns token ids into logits and keeps the K/V of what it processed. The CPU
+reference backend lives here; the GPU hybrid backend is engine/gpu/backend.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+
+from .checkpoint import Checkpoint
+from .reference import KVCache, ReferenceModel
+from .types import Telemetry
+
+ProgressFn = Callable[[int, int], None]
+
+
+class Backend(Protocol):
+    name: str
+
+    @property
+    def length(self) -> int:
+        """Number of tokens whose K/V is held."""
+        ...
+
+    def truncate(self, n: int) -> None: ...
+
+    def forward(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
+        """Process ``ids`` after the held tokens; fp32 logits of the last one [vocab]."""
+        ...
+
+    def fill_telemetry(self, t: Telemetry) -> None: ...
+
+    def state_tensors(self) -> dict[str, torch.Tensor]: ...
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], length: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ReferenceBackend:
+    """CPU backend: the exact reference math, experts optionally by the native kernel."""
+
+    def __init__(self, ck: Checkpoint, dtype: torch.dtype, block: int = 256, experts_fn=None,
+                 name: str = "cpu-reference") -> None:
+        self.name = name
+        self.model = ReferenceModel(ck, dtype, experts_fn=experts_fn)
+        self.cache = self.model.new_cache()
+        self.block = block
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def truncate(self, n: int) -> None:
+        if n < self.cache.length:
+            self.cache.truncate(n)
+
+    def forward(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
+        logits = None
+        for s in range(0, len(ids), self.block):
+            logits = self.model.forward(ids[s : s + self.block], self.cache, last_only=True)
+            if progress is not None:
+                progress(min(s + self.block, len(ids)), len(ids))
+        assert logits is not None
+        return logits[0]
+
+    def fill_telemetry(self, t: Telemetry) -> None:
+        t.backend = self.name
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for i, (k, v) in enumerate(zip(self.cache.keys, self.cache.values, strict=True)):
+            out[f"k.{i}"] = k.contiguous()
+            out[f"v.{i}"] = v.contiguous()
+        return out
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], length: int) -> None:
+        n = self.model.cfg.num_hidden_layers
+        keys = [tensors[f"k.{i}"].to(self.model.dtype) for i in range(n)]
+        values = [tensors[f"v.{i}"].to(self.model.dtype) for i in range(n)]
+        if any(k.shape[1] != length for k in keys + values):
+            raise ValueError("saved K/V length does not match its token count")
+        self.cache = KVCache(keys, values)
+
+    def close(self) -> None:
+        self.cache = self.model.new_cache()

@@ -1,0 +1,83 @@
+"""Engine settings as one validated dataclass, shared by the CLI, the GUI and the API server."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+Backend = Literal["auto", "cpu", "gpu", "reference"]
+
+
+class SettingsError(ValueError):
+    """A setting is out of range; the message names the setting and the allowed range."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    backend: Backend = "auto"
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    cpu_threads: int = 0  # 0 = all physical cores up to 8
+    context: int = 16384
+    # GPU residency (see docs/architecture.md)
+    vram_budget_gib: float = 12.0
+    pool_gib: float = 0.0  # 0 = whatever the budget leaves after core, K/V and scratch
+    static_slots: int = -1  # -1 = half of the pool
+    scratch_slots: int = 6
+    kv_ring: int = 256
+    refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
+    refresh_m: int = 16  # admissions per refresh
+    prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
+    prompt_block: int = 4096
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> SettingsError:
+            return SettingsError(f"setting {name}={getattr(self, name)!r}: {why}")
+
+        if self.backend not in ("auto", "cpu", "gpu", "reference"):
+            raise bad("backend", "must be auto, cpu, gpu or reference")
+        if self.dtype not in ("bfloat16", "float32"):
+            raise bad("dtype", "must be bfloat16 or float32")
+        if not 0 <= self.cpu_threads <= 256:
+            raise bad("cpu_threads", "must be between 0 (auto) and 256")
+        if not 16 <= self.context <= 131072:
+            raise bad("context", "must be between 16 and 131072 tokens")
+        if not 0 < self.vram_budget_gib <= 1024:
+            raise bad("vram_budget_gib", "must be a positive number of GiB")
+        if self.pool_gib < 0 or self.pool_gib > self.vram_budget_gib:
+            raise bad("pool_gib", f"must be between 0 (auto) and the VRAM budget ({self.vram_budget_gib} GiB)")
+        if self.static_slots < -1:
+            raise bad("static_slots", "must be -1 (auto) or >= 0")
+        if not 0 <= self.scratch_slots <= 64:
+            raise bad("scratch_slots", "must be between 0 and 64")
+        if not 0 <= self.refresh_every <= 4096:
+            raise bad("refresh_every", "must be between 0 (frozen) and 4096")
+        if not 0 <= self.refresh_m <= 1024:
+            raise bad("refresh_m", "must be between 0 and 1024")
+        if not 0 <= self.prefill_weight <= 1024:
+            raise bad("prefill_weight", "must be between 0 and 1024")
+        if not 16 <= self.prompt_block <= 16384:
+            raise bad("prompt_block", "must be between 16 and 16384")
+        if self.kv_ring < 0:
+            raise bad("kv_ring", "must be >= 0")
+
+    def threads(self) -> int:
+        if self.cpu_threads:
+            return self.cpu_threads
+        return max(1, min(8, (os.cpu_count() or 2)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EngineSettings:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise SettingsError(f"unknown settings: {', '.join(unknown)}")
+        return cls(**d)
+
+
+# The design doc's selected launcher profile (--kv-ring 256 --scratch 6 --pool 6.05).
+OPTIMIZED = EngineSettings(pool_gib=6.05, kv_ring=256, scratch_slots=6, refresh_every=8, refresh_m=16,
+                           prefill_weight=16.0)

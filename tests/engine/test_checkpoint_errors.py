@@ -1,0 +1,97 @@
+"""Bad checkpoints give a clear error naming the file and the tensor."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+
+from engine.checkpoint import Checkpoint
+from engine.safetensors_io import CheckpointError
+from engine.session import Engine
+from engine.tokenizer import TokenizerError
+
+
+@pytest.fixture
+def model(tmp_path, tiny_model):
+    dst = tmp_path / "m"
+    shutil.copytree(tiny_model, dst)
+    return dst
+
+
+def test_truncated_file(model):
+    f = model / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) - 1000])
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: truncated — tensor 'lm_head\.weight' ends at byte"):
+        Checkpoint.open(model)
+
+
+def test_corrupt_header(model):
+    f = model / "model.safetensors"
+    data = bytearray(f.read_bytes())
+    data[8:20] = b"\x00garbage!!!!"
+    f.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: corrupt safetensors header"):
+        Checkpoint.open(model)
+
+
+def _rewrite_header(path, edit):
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    edit(header)
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (n - len(hb)) if len(hb) <= n else b""
+    assert len(hb) == n
+    path.write_bytes(data[:8] + hb + data[8 + n :])
+
+
+def test_missing_tensor(model):
+    _rewrite_header(model / "model.safetensors",
+                    lambda h: h.__setitem__("model.layers.1.self_attn.zzzzzzz", h.pop("model.layers.1.self_attn.sinks")))
+    with pytest.raises(CheckpointError, match=r"'model\.layers\.1\.self_attn\.sinks' is missing"):
+        Checkpoint.open(model)
+
+
+def test_wrong_shape(model):
+    def edit(h):
+        t = h["model.layers.0.mlp.router.bias"]
+        t["dtype"] = "U8"
+        t["shape"] = [t["shape"][0] * 2]
+
+    _rewrite_header(model / "model.safetensors", edit)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: tensor 'model\.layers\.0\.mlp\.router\.bias' is U8"):
+        Checkpoint.open(model)
+
+
+def test_missing_shard_in_index(tmp_path, synth_dir):
+    src = synth_dir("odd", 1, max_shard_bytes=100_000)
+    dst = tmp_path / "m"
+    shutil.copytree(src, dst)
+    (dst / "model-00003-of-00010.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"model-00003-of-00010\.safetensors: shard listed"):
+        Checkpoint.open(dst)
+
+
+def test_missing_tokenizer(model):
+    (model / "tokenizer.json").unlink()
+    with pytest.raises(TokenizerError, match=r"tokenizer\.json: not found"):
+        Engine.load(model)
+
+
+def test_not_a_model_folder(tmp_path):
+    with pytest.raises(CheckpointError, match="config.json"):
+        Checkpoint.open(tmp_path)
+    with pytest.raises(CheckpointError, match="model folder not found"):
+        Checkpoint.open(tmp_path / "absent")
+
+
+def test_non_mxfp4_checkpoint_refused(model):
+    cfg = json.loads((model / "config.json").read_text())
+    cfg.pop("quantization_config")
+    (model / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="mxfp4"):
+        Checkpoint.open(model)
