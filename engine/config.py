@@ -126,7 +126,9 @@ class ModelConfig:
         if topk > experts:
             raise ConfigError(f"{source}: num_experts_per_tok={topk} exceeds num_local_experts={experts}")
         if heads % kv_heads:
-            raise ConfigError(f"{source}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
+            raise ConfigError(
+                f"{source}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}"
+            )
         if head_dim % 2:
             raise ConfigError(f"{source}: head_dim={head_dim} must be even for RoPE")
         for key, v in (("hidden_size", hidden), ("intermediate_size", inter)):

@@ -8,6 +8,7 @@ streamed tensor by tensor so a 60 GB checkpoint never has to sit in memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -109,10 +110,9 @@ class SafetensorsFile:
     def close(self) -> None:
         m, self._map = self._map, None
         if m is not None and hasattr(m, "_mmap") and m._mmap is not None:
-            try:
+            # views may still be alive elsewhere; then the OS unmaps when they go
+            with contextlib.suppress(BufferError):
                 m._mmap.close()
-            except BufferError:
-                pass  # views still alive elsewhere; the OS unmaps when they go
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def write_safetensors(
             arr = np.ascontiguousarray(s.produce())
             if arr.nbytes != s.nbytes:
                 raise ValueError(f"{s.name}: produced {arr.nbytes} B, expected {s.nbytes} B")
-            f.write(memoryview(arr).cast("B"))
+            f.write(arr.reshape(-1).view(np.uint8).data)
             if progress is not None:
                 progress(s.nbytes)
     os.replace(tmp, path)

@@ -209,7 +209,7 @@ class Engine:
                         break
                     tok = sampler(logits)
                     generated.append(tok)
-                    events: list[Event]
+                    events: list[TextDelta | ToolCallEvent]
                     if parser is not None:
                         events = parser.feed(tok)
                     elif tok in raw_stop:

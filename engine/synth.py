@@ -215,7 +215,7 @@ def write_synthetic_checkpoint(out_dir: str | Path, shape: SynthShape, seed: int
         if progress is not None:
             progress(done, total)
 
-    for stale in list(out.glob("model*.safetensors")) + [out / INDEX_NAME]:
+    for stale in [*list(out.glob("model*.safetensors")), out / INDEX_NAME]:
         stale.unlink(missing_ok=True)
     if len(shards) == 1:
         write_safetensors(out / SINGLE_NAME, shards[0], {"format": "pt"}, tick)

@@ -69,7 +69,7 @@ def test_clear_errors_for_bad_configs(patch, needle):
 
 def test_load_names_the_file(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="config.json"):
+    with pytest.raises(ConfigError, match=r"config\.json"):
         ModelConfig.load(tmp_path)
     with pytest.raises(ConfigError, match="not found"):
         ModelConfig.load(tmp_path / "nowhere")

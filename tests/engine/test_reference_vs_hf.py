@@ -36,7 +36,7 @@ def prompt_ids(vocab: int, n: int, seed: int) -> list[int]:
 
 @pytest.fixture(scope="module", params=CASES, ids=[c[0] for c in CASES])
 def case(request, synth_dir):
-    name, preset, seed, shard = request.param
+    _name, preset, seed, shard = request.param
     path = synth_dir(preset, seed, max_shard_bytes=shard)
     ck = Checkpoint.open(path)
     ids = prompt_ids(ck.config.vocab_size, 40, seed)
@@ -66,7 +66,7 @@ def test_bf16_argmax_agreement_not_worse_than_transformers(case):
 
 
 def test_greedy_continuation_matches_transformers_generate(case):
-    path, ck, ids = case
+    path, _ck, ids = case
     eng = Engine.load(path, EngineSettings(backend="reference", dtype="float32"))
     logits = eng.backend.forward(ids)
     ours = []

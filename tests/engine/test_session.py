@@ -49,7 +49,7 @@ def test_generate_yields_text_and_one_done(engine):
 def test_follow_up_processes_only_new_tokens(engine):
     conv1 = Conversation((Message("user", "first question"),), current_date="2026-11-29")
     d1 = run(engine, conv1, max_tokens=4)[-1]
-    conv2 = Conversation(conv1.messages + (Message("assistant", "answer"), Message("user", "and then?")),
+    conv2 = Conversation((*conv1.messages, Message("assistant", "answer"), Message("user", "and then?")),
                          current_date="2026-11-29")
     seen = count_processed(engine)
     d2 = run(engine, conv2, max_tokens=4)[-1]
