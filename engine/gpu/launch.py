@@ -100,12 +100,12 @@ class Kernels:
                   out: torch.Tensor) -> None:
         c = self.cfg
         ns = self.nsplit(window > 0)
-        m, l, acc = scratch
+        m, lsum, acc = scratch
         attention.attn_split_kernel[(c.num_key_value_heads, ns)](
-            q, k_cache, v_cache, ctrl, m, l, acc, c.head_dim ** -0.5, NKV=c.num_key_value_heads, G=c.gqa_group,
+            q, k_cache, v_cache, ctrl, m, lsum, acc, c.head_dim ** -0.5, NKV=c.num_key_value_heads, G=c.gqa_group,
             GP=self.gp, D=c.head_dim, RING=k_cache.shape[0], WINDOW=window, NSPLIT=ns,
             BLOCK_S=self.t.attn_block, num_warps=self.t.warps)
-        attention.attn_combine_kernel[(c.num_attention_heads,)](m, l, acc, sinks, out, D=c.head_dim, NSPLIT=ns)
+        attention.attn_combine_kernel[(c.num_attention_heads,)](m, lsum, acc, sinks, out, D=c.head_dim, NSPLIT=ns)
 
     def attn_scratch(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         c = self.cfg
@@ -142,10 +142,10 @@ class Kernels:
         i, h = c.intermediate_size, c.hidden_size
         experts.expert_gate_up_kernel[(c.num_experts_per_tok, cdiv(i, self.t.gu_pairs))](
             pool, route_dev, t_even, t_odd, act_even, act_odd, sb, c.swiglu_limit, c.swiglu_alpha,
-            I=i, GH=h // MXFP4_BLOCK, OFF_GS=lo["OFF_GS"], OFF_GB=lo["OFF_GB"], BLOCK_T=self.block_t,
+            INTER=i, GH=h // MXFP4_BLOCK, OFF_GS=lo["OFF_GS"], OFF_GB=lo["OFF_GB"], BLOCK_T=self.block_t,
             PAIRS=self.t.gu_pairs, BLOCK_G=min(self.t.mx_groups, pow2(h // MXFP4_BLOCK)), num_warps=self.t.warps)
         experts.expert_down_kernel[(cdiv(h, self.t.down_rows),)](
-            pool, route_dev, act_even, act_odd, out, sb, H=h, I=i, GI=i // MXFP4_BLOCK, OFF_DB=lo["OFF_DB"],
+            pool, route_dev, act_even, act_odd, out, sb, H=h, INTER=i, GI=i // MXFP4_BLOCK, OFF_DB=lo["OFF_DB"],
             OFF_DS=lo["OFF_DS"], OFF_DBIAS=lo["OFF_DBIAS"], TOPK=c.num_experts_per_tok, BLOCK_T=self.block_t,
             BLOCK_N=self.t.down_rows, BLOCK_G=min(self.t.mx_groups, pow2(i // MXFP4_BLOCK)), num_warps=self.t.warps)
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .common import round_bf16, to_bf16
+
 NEG = -1.0e30  # finite "minus infinity": keeps exp(m_a - m_b) free of inf - inf
 
 
@@ -36,28 +38,30 @@ def attn_split_kernel(q_ptr, k_ptr, v_ptr, ctrl_ptr, m_ptr, l_ptr, acc_ptr, scal
     d = tl.arange(0, D)
     mg = g < G
     heads = kvh * G + g
-    q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=mg[:, None], other=0.0)  # [GP, D] bf16
+    # bf16 values held in fp32: a tf32 tl.dot multiplies them exactly (and the interpreter's
+    # bf16 dot is unreliable), so the scores are exact products with fp32 sums
+    q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=mg[:, None], other=0.0).to(tl.float32)
     m = tl.full([GP], NEG, tl.float32)
-    l = tl.zeros([GP], tl.float32)
+    lsum = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, D], tl.float32)
     for s0 in range(start, end, BLOCK_S):
         p = s0 + tl.arange(0, BLOCK_S)
         mp = p < end
         row = (p % RING).to(tl.int64) * NKV + kvh
-        k = tl.load(k_ptr + row[:, None] * D + d[None, :], mask=mp[:, None], other=0.0)  # [S, D]
+        k = tl.load(k_ptr + row[:, None] * D + d[None, :], mask=mp[:, None], other=0.0).to(tl.float32)
         sc = tl.dot(q, tl.trans(k)) * scale  # [GP, S] fp32
         sc = tl.where(mp[None, :], sc, NEG)
         m_new = tl.maximum(m, tl.max(sc, 1))
         alpha = tl.exp(m - m_new)
         pr = tl.exp(sc - m_new[:, None])
         pr = tl.where(mp[None, :], pr, 0.0)
-        l = l * alpha + tl.sum(pr, 1)
-        v = tl.load(v_ptr + row[:, None] * D + d[None, :], mask=mp[:, None], other=0.0)  # [S, D]
-        acc = acc * alpha[:, None] + tl.dot(pr.to(tl.bfloat16), v)
+        lsum = lsum * alpha + tl.sum(pr, 1)
+        v = tl.load(v_ptr + row[:, None] * D + d[None, :], mask=mp[:, None], other=0.0).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(round_bf16(pr), v)
         m = m_new
     out = heads * NSPLIT + sp
     tl.store(m_ptr + out, m, mask=mg)
-    tl.store(l_ptr + out, l, mask=mg)
+    tl.store(l_ptr + out, lsum, mask=mg)
     tl.store(acc_ptr + out[:, None] * D + d[None, :], acc, mask=mg[:, None])
 
 
@@ -67,11 +71,11 @@ def attn_combine_kernel(m_ptr, l_ptr, acc_ptr, sinks_ptr, o_ptr, D: tl.constexpr
     s = tl.arange(0, NSPLIT)
     d = tl.arange(0, D)
     m = tl.load(m_ptr + h * NSPLIT + s)
-    l = tl.load(l_ptr + h * NSPLIT + s)
+    lsum = tl.load(l_ptr + h * NSPLIT + s)
     acc = tl.load(acc_ptr + (h * NSPLIT + s)[:, None] * D + d[None, :])
     sink = tl.load(sinks_ptr + h).to(tl.float32)
     top = tl.maximum(tl.max(m, 0), sink)
     w = tl.exp(m - top)
-    denom = tl.sum(l * w, 0) + tl.exp(sink - top)
+    denom = tl.sum(lsum * w, 0) + tl.exp(sink - top)
     o = tl.sum(acc * w[:, None], 0) / denom
-    tl.store(o_ptr + h * D + d, o.to(tl.bfloat16))
+    tl.store(o_ptr + h * D + d, to_bf16(o))

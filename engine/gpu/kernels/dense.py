@@ -14,6 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .common import round_bf16, to_bf16
+
 # control block layout (int32 slots)
 CTRL_POS = 0  # position of the token being decoded
 CTRL_STEP = 1  # monotonically increasing sequence number; flags echo it back
@@ -21,12 +23,6 @@ CTRL_TOKEN = 2
 CTRL_SEED = 3
 CTRL_TEMP_BITS = 4  # fp32 temperature bits; 0.0 = greedy
 CTRL_SIZE = 8
-
-
-@triton.jit
-def _bf16(x):
-    """Round fp32 to bf16 and back (round-to-nearest-even, like torch)."""
-    return x.to(tl.bfloat16).to(tl.float32)
 
 
 @triton.jit
@@ -51,7 +47,7 @@ def combine_kernel(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H: tl.constexpr, BLOCK: 
     m = offs < H
     x = tl.load(resid_ptr + offs, mask=m, other=0.0).to(tl.float32)
     moe = tl.load(gpu_moe_ptr + offs, mask=m, other=0.0) + tl.load(cpu_moe_ptr + offs, mask=m, other=0.0)
-    tl.store(resid_ptr + offs, (x + _bf16(moe)).to(tl.bfloat16), mask=m)
+    tl.store(resid_ptr + offs, to_bf16(x + round_bf16(moe)), mask=m)
 
 
 @triton.jit
@@ -66,7 +62,7 @@ def _normed_chunk(x_ptr, gain_ptr, offs, m, rstd):
     """bf16(gain * (x * rstd)) for one chunk, as fp32."""
     x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
     g = tl.load(gain_ptr + offs, mask=m, other=0.0).to(tl.float32)
-    return _bf16(g * (x * rstd))
+    return round_bf16(g * (x * rstd))
 
 
 @triton.jit
@@ -100,13 +96,13 @@ def qkv_rope_kernel(x_ptr, gain_ptr, w_ptr, b_ptr, cos_ptr, sin_ptr, ctrl_ptr,
         w2 = tl.load(w_ptr + row2[:, None] * H + ok[None, :], mask=wm, other=0.0).to(tl.float32)
         acc1 += tl.sum(w1 * t[None, :], 1)
         acc2 += tl.sum(w2 * t[None, :], 1)
-    h1 = _bf16(acc1 + tl.load(b_ptr + row1, mask=valid, other=0.0).to(tl.float32))
-    h2 = _bf16(acc2 + tl.load(b_ptr + row2, mask=valid, other=0.0).to(tl.float32))
+    h1 = round_bf16(acc1 + tl.load(b_ptr + row1, mask=valid, other=0.0).to(tl.float32))
+    h2 = round_bf16(acc2 + tl.load(b_ptr + row2, mask=valid, other=0.0).to(tl.float32))
     # RoPE exactly as the bf16 reference: each product and the sum rounded to bf16
     c = tl.load(cos_ptr + pos * HALF + i)
     s = tl.load(sin_ptr + pos * HALF + i)
-    r1 = _bf16(_bf16(h1 * c) - _bf16(h2 * s))
-    r2 = _bf16(_bf16(h2 * c) + _bf16(h1 * s))
+    r1 = round_bf16(round_bf16(h1 * c) - round_bf16(h2 * s))
+    r2 = round_bf16(round_bf16(h2 * c) + round_bf16(h1 * s))
     rot = row1 < NQ + NKV
     o1 = tl.where(rot, r1, h1)
     o2 = tl.where(rot, r2, h2)
@@ -135,9 +131,9 @@ def oproj_residual_kernel(o_ptr, w_ptr, b_ptr, resid_ptr, H: tl.constexpr, K: tl
         o = tl.load(o_ptr + ok, mask=mk, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + rows[:, None] * K + ok[None, :], mask=mr[:, None] & mk[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * o[None, :], 1)
-    a = _bf16(acc + tl.load(b_ptr + rows, mask=mr, other=0.0).to(tl.float32))
+    a = round_bf16(acc + tl.load(b_ptr + rows, mask=mr, other=0.0).to(tl.float32))
     x = tl.load(resid_ptr + rows, mask=mr, other=0.0).to(tl.float32)
-    tl.store(resid_ptr + rows, (x + a).to(tl.bfloat16), mask=mr)
+    tl.store(resid_ptr + rows, to_bf16(x + a), mask=mr)
 
 
 @triton.jit
@@ -164,7 +160,7 @@ def router_logits_kernel(x_ptr, gain_ptr, w_ptr, b_ptr, logits_ptr, te_ptr, to_p
             tl.store(t_host_ptr + ok, t, mask=mk)
         w = tl.load(w_ptr + rows[:, None] * H + ok[None, :], mask=mr[:, None] & mk[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * t[None, :], 1)
-    logit = _bf16(acc + tl.load(b_ptr + rows, mask=mr, other=0.0).to(tl.float32))
+    logit = round_bf16(acc + tl.load(b_ptr + rows, mask=mr, other=0.0).to(tl.float32))
     tl.store(logits_ptr + rows, logit, mask=mr)
 
 
@@ -191,7 +187,7 @@ def router_topk_kernel(logits_ptr, table_ptr, ctrl_ptr, route_dev_ptr, route_hos
     mk = kk < TOPK
     top = tl.max(vals, 0)
     p = tl.where(mk, tl.exp(vals - top), 0.0)
-    w = _bf16(p / tl.sum(p, 0))
+    w = round_bf16(p / tl.sum(p, 0))
     slot = tl.load(table_ptr + ids, mask=mk, other=-1)
     hit = (slot >= 0).to(tl.int32)
     wbits = w.to(tl.int32, bitcast=True)

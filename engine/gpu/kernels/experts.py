@@ -15,10 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _bf16(x):
-    return x.to(tl.bfloat16).to(tl.float32)
+from .common import round_bf16
 
 
 @triton.jit
@@ -60,7 +57,7 @@ def _mx_rows_dot(codes_ptr, scales_ptr, rows, mrow, xe_ptr, xo_ptr, NG: tl.const
 
 @triton.jit
 def expert_gate_up_kernel(pool_ptr, route_ptr, te_ptr, to_ptr, act_e_ptr, act_o_ptr, slot_bytes, limit, alpha,
-                          I: tl.constexpr, GH: tl.constexpr, OFF_GS: tl.constexpr, OFF_GB: tl.constexpr,
+                          INTER: tl.constexpr, GH: tl.constexpr, OFF_GS: tl.constexpr, OFF_GB: tl.constexpr,
                           BLOCK_T: tl.constexpr, PAIRS: tl.constexpr, BLOCK_G: tl.constexpr):
     """act[k, j] = swiglu(gate_j, up_j) for selected expert k (grid: experts x pair blocks).
 
@@ -72,25 +69,25 @@ def expert_gate_up_kernel(pool_ptr, route_ptr, te_ptr, to_ptr, act_e_ptr, act_o_
     if slot >= 0:
         base = pool_ptr + slot.to(tl.int64) * slot_bytes
         p = pb * PAIRS + tl.arange(0, PAIRS)
-        mp = p < I
+        mp = p < INTER
         g = _mx_rows_dot(base, base + OFF_GS, 2 * p, mp, te_ptr, to_ptr, GH, BLOCK_G)
         u = _mx_rows_dot(base, base + OFF_GS, 2 * p + 1, mp, te_ptr, to_ptr, GH, BLOCK_G)
         bias = (base + OFF_GB).to(tl.pointer_type(tl.bfloat16))
-        g = _bf16(g + tl.load(bias + 2 * p, mask=mp, other=0.0).to(tl.float32))
-        u = _bf16(u + tl.load(bias + 2 * p + 1, mask=mp, other=0.0).to(tl.float32))
+        g = round_bf16(g + tl.load(bias + 2 * p, mask=mp, other=0.0).to(tl.float32))
+        u = round_bf16(u + tl.load(bias + 2 * p + 1, mask=mp, other=0.0).to(tl.float32))
         g = tl.minimum(g, limit)
         u = tl.minimum(tl.maximum(u, -limit), limit)
-        a = _bf16(g * tl.sigmoid(g * alpha) * (u + 1.0))
+        a = round_bf16(g * tl.sigmoid(g * alpha) * (u + 1.0))
         # act index j -> even/odd half (j // 2), split for the down projection's nibble layout
         half = p // 2
         odd = (p % 2) == 1
-        tl.store(act_e_ptr + k * (I // 2) + half, a, mask=mp & ~odd)
-        tl.store(act_o_ptr + k * (I // 2) + half, a, mask=mp & odd)
+        tl.store(act_e_ptr + k * (INTER // 2) + half, a, mask=mp & ~odd)
+        tl.store(act_o_ptr + k * (INTER // 2) + half, a, mask=mp & odd)
 
 
 @triton.jit
 def expert_down_kernel(pool_ptr, route_ptr, act_e_ptr, act_o_ptr, out_ptr, slot_bytes,
-                       H: tl.constexpr, I: tl.constexpr, GI: tl.constexpr, OFF_DB: tl.constexpr,
+                       H: tl.constexpr, INTER: tl.constexpr, GI: tl.constexpr, OFF_DB: tl.constexpr,
                        OFF_DS: tl.constexpr, OFF_DBIAS: tl.constexpr, TOPK: tl.constexpr, BLOCK_T: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
     """out[rows] = sum over resident selected experts of w_k * bf16(W2 act_k + b2) (fp32)."""
@@ -101,10 +98,10 @@ def expert_down_kernel(pool_ptr, route_ptr, act_e_ptr, act_o_ptr, out_ptr, slot_
         slot = tl.load(route_ptr + 2 * BLOCK_T + k)
         if slot >= 0:
             base = pool_ptr + slot.to(tl.int64) * slot_bytes
-            y = _mx_rows_dot(base + OFF_DB, base + OFF_DS, rows, mr, act_e_ptr + k * (I // 2),
-                             act_o_ptr + k * (I // 2), GI, BLOCK_G)
+            y = _mx_rows_dot(base + OFF_DB, base + OFF_DS, rows, mr, act_e_ptr + k * (INTER // 2),
+                             act_o_ptr + k * (INTER // 2), GI, BLOCK_G)
             bias = (base + OFF_DBIAS).to(tl.pointer_type(tl.bfloat16))
-            y = _bf16(y + tl.load(bias + rows, mask=mr, other=0.0).to(tl.float32))
+            y = round_bf16(y + tl.load(bias + rows, mask=mr, other=0.0).to(tl.float32))
             w = tl.load(route_ptr + BLOCK_T + k).to(tl.float32, bitcast=True)
-            total += _bf16(y * w)
+            total += round_bf16(y * w)
     tl.store(out_ptr + rows, total, mask=mr)

@@ -12,10 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _bf16(x):
-    return x.to(tl.bfloat16).to(tl.float32)
+from .common import round_bf16
 
 
 @triton.jit
@@ -47,10 +44,10 @@ def lm_head_kernel(x_ptr, gain_ptr, w_ptr, ctrl_ptr, logits_ptr, part_val_ptr, p
         mk = ok < H
         x = tl.load(x_ptr + ok, mask=mk, other=0.0).to(tl.float32)
         g = tl.load(gain_ptr + ok, mask=mk, other=0.0).to(tl.float32)
-        t = _bf16(g * (x * rstd))
+        t = round_bf16(g * (x * rstd))
         w = tl.load(w_ptr + r64[:, None] * H + ok[None, :], mask=mr[:, None] & mk[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * t[None, :], 1)
-    logit = _bf16(acc)
+    logit = round_bf16(acc)
     tl.store(logits_ptr + rows, logit, mask=mr)
     temp = tl.load(ctrl_ptr + 4).to(tl.float32, bitcast=True)
     score = logit
