@@ -1,0 +1,83 @@
+"""cffi (API mode) build of ``native._neural_native``, run by ``pip install`` through setup.py.
+
+No global ISA flags: the AVX2/AVX-512 code paths carry function-level target attributes and
+are chosen at run time, so one binary runs on any x86-64 CPU. FP contraction is switched off
+because the kernel's arithmetic is specified operation by operation (see neural_experts.h).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+SOURCES = ["neural_experts.c", "neural_isa.c", "neural_team.c"]
+
+CDEF = """
+typedef struct neural_shape {
+    int32_t hidden;
+    int32_t intermediate;
+    int32_t format;
+    float swiglu_limit;
+    float swiglu_alpha;
+    int64_t record_offset[7];
+} neural_shape;
+
+typedef struct neural_expert {
+    const uint8_t *part[6];
+    const uint8_t *exc;
+    uint32_t n_exc;
+    uint8_t *capture;
+} neural_expert;
+
+int neural_cpu_features(void);
+const char *neural_isa_name(int isa);
+int neural_best_isa(void);
+int neural_set_isa(int isa);
+int neural_get_isa(void);
+int neural_set_threads(int n);
+int neural_get_threads(void);
+void neural_set_spin_us(int us);
+int64_t neural_record_bytes(const neural_shape *s);
+int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                     const float *x, float *out);
+int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
+                         const float *weights, float *out);
+uint64_t neural_probe_read(const void *buf, size_t bytes);
+float neural_expf(float x);
+"""
+
+
+def compile_args() -> tuple[list[str], list[str]]:
+    if sys.platform == "win32" and "GCC" not in sys.version:
+        return ["/O2", "/fp:precise"], []
+    return ["-O2", "-ffp-contract=off", "-fno-fast-math", "-std=gnu11", "-Wall", "-Wextra"], (
+        [] if sys.platform == "win32" else ["-pthread"]
+    )
+
+
+def _relative(path: Path) -> str:
+    # setuptools wants source paths relative to the project root (where setup.py runs).
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+cflags, ldflags = compile_args()
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "native._neural_native",
+    '#include "neural_experts.h"',
+    sources=[_relative(HERE / s) for s in SOURCES],
+    include_dirs=[_relative(HERE)],
+    extra_compile_args=cflags,
+    extra_link_args=ldflags,
+    libraries=[] if sys.platform == "win32" else ["m"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(tmpdir=str(HERE.parent), verbose=True)

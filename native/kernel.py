@@ -1,0 +1,194 @@
+"""Python face of the native CPU expert kernel (``native._neural_native``, built by cffi).
+
+:func:`load_kernel` raises :class:`NativeUnavailable` (never crashes) when the extension is
+missing or cannot load, so callers can fall back to the PyTorch reference with a message.
+Buffers handed to the kernel are pinned by the :class:`ExpertRef` that points at them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+ISAS = {"auto": 0, "scalar": 1, "avx2": 2, "avx512": 3}
+ISA_NAMES = {v: k for k, v in ISAS.items()}
+FORMATS = {"raw": 0, "packed": 1}
+PART_NAMES = ("gu_codes", "gu_scales", "dn_codes", "dn_scales", "gu_bias", "dn_bias")
+MAX_TOKENS = 16
+MAX_K = 32
+_ERRORS = {-1: "invalid arguments", -2: "corrupt packed scale row (exception missing)", -3: "ISA not available",
+           -4: "out of memory"}
+
+
+class NativeUnavailable(RuntimeError):
+    """The compiled kernel cannot be imported on this machine."""
+
+
+class KernelError(RuntimeError):
+    """The kernel rejected a call (bad shapes, corrupt data)."""
+
+
+class ExpertRef:
+    """A ``neural_expert`` descriptor plus the Python objects that own its memory."""
+
+    __slots__ = ("cdata", "keep")
+
+    def __init__(self, cdata: Any, keep: list[Any]) -> None:
+        self.cdata = cdata
+        self.keep = keep
+
+
+Pointerish = Any  # numpy array, bytes-like, or a cffi pointer
+
+
+class NativeKernel:
+    def __init__(self, ffi: Any, lib: Any) -> None:
+        self.ffi = ffi
+        self.lib = lib
+
+    # ---- configuration ----------------------------------------------------------------------
+    def features(self) -> set[str]:
+        f = int(self.lib.neural_cpu_features())
+        return {name for bit, name in ((1, "avx2"), (2, "avx512"), (4, "avx512vbmi"), (8, "avx512bf16")) if f & bit}
+
+    def available_isas(self) -> list[str]:
+        f = self.features()
+        return ["scalar"] + [isa for isa in ("avx2", "avx512") if isa in f]
+
+    def best_isa(self) -> str:
+        return ISA_NAMES[int(self.lib.neural_best_isa())]
+
+    def set_isa(self, name: str) -> None:
+        if name not in ISAS:
+            raise ValueError(f"unknown ISA {name!r} (choose from {', '.join(ISAS)})")
+        if self.lib.neural_set_isa(ISAS[name]) != 0:
+            raise KernelError(f"this CPU cannot run the {name} path (has: {', '.join(self.available_isas())})")
+
+    @property
+    def isa(self) -> str:
+        return ISA_NAMES[int(self.lib.neural_get_isa())]
+
+    def set_threads(self, n: int) -> int:
+        return int(self.lib.neural_set_threads(int(n)))
+
+    @property
+    def threads(self) -> int:
+        return int(self.lib.neural_get_threads())
+
+    def set_spin_us(self, us: int) -> None:
+        self.lib.neural_set_spin_us(int(us))
+
+    # ---- descriptors ------------------------------------------------------------------------
+    def shape(self, hidden: int, intermediate: int, fmt: str, limit: float, alpha: float,
+              offsets: Sequence[int]) -> Any:
+        if len(offsets) != 7:
+            raise ValueError("record layout needs 7 offsets (six parts + exception area)")
+        s = self.ffi.new("neural_shape *")
+        s.hidden, s.intermediate, s.format = hidden, intermediate, FORMATS[fmt]
+        s.swiglu_limit, s.swiglu_alpha = limit, alpha
+        for i, off in enumerate(offsets):
+            s.record_offset[i] = int(off)
+        return s
+
+    def record_bytes(self, shape: Any) -> int:
+        return int(self.lib.neural_record_bytes(shape))
+
+    def pointer(self, buf: Pointerish, ctype: str = "uint8_t *") -> tuple[Any, Any]:
+        """(cffi pointer, owner to keep alive) for a contiguous buffer or an existing pointer."""
+        if isinstance(buf, self.ffi.CData):
+            return self.ffi.cast(ctype, buf), buf
+        if isinstance(buf, np.ndarray) and not buf.flags.c_contiguous:
+            raise ValueError("kernel buffers must be C-contiguous")
+        owner = self.ffi.from_buffer(buf)
+        return self.ffi.cast(ctype, owner), owner
+
+    def expert(self, parts: Sequence[Pointerish], exc: Pointerish | None = None, n_exc: int = 0,
+               capture: Pointerish | None = None) -> ExpertRef:
+        if len(parts) != 6:
+            raise ValueError(f"an expert has 6 parts ({', '.join(PART_NAMES)})")
+        d = self.ffi.new("neural_expert *")
+        keep: list[Any] = [d]
+        for i, p in enumerate(parts):
+            ptr, owner = self.pointer(p)
+            d.part[i] = ptr
+            keep.append(owner)
+        if exc is not None and n_exc:
+            ptr, owner = self.pointer(exc)
+            d.exc, d.n_exc = ptr, n_exc
+            keep.append(owner)
+        if capture is not None:
+            if isinstance(capture, np.ndarray) and not capture.flags.writeable:
+                raise ValueError("capture buffer must be writable")
+            ptr, owner = self.pointer(capture)
+            d.capture = ptr
+            keep.append(owner)
+        return ExpertRef(d, keep)
+
+    # ---- calls ------------------------------------------------------------------------------
+    def _f32(self, a: np.ndarray, shape: tuple[int, ...], what: str, writable: bool = False) -> Any:
+        if a.dtype != np.float32 or a.shape != shape or not a.flags.c_contiguous:
+            raise ValueError(f"{what} must be a C-contiguous float32 array of shape {shape}, got {a.dtype}{a.shape}")
+        if writable and not a.flags.writeable:
+            raise ValueError(f"{what} must be writable")
+        return self.ffi.cast("float *", self.ffi.from_buffer(a))
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise KernelError(f"{what}: {_ERRORS.get(rc, f'error {rc}')}")
+
+    def moe_token(self, shape: Any, experts: Sequence[ExpertRef], weights: np.ndarray, x: np.ndarray,
+                  out: np.ndarray) -> None:
+        """out[H] = sum_e weights[e] * expert_e(x), experts accumulated in the given order."""
+        k = len(experts)
+        if not 1 <= k <= MAX_K:
+            raise ValueError(f"1..{MAX_K} experts per call, got {k}")
+        h = int(shape.hidden)
+        arr = self.ffi.new("neural_expert *[]", [e.cdata for e in experts])
+        rc = self.lib.neural_moe_token(shape, arr, self._f32(weights, (k,), "weights"), k,
+                                       self._f32(x, (h,), "x"), self._f32(out, (h,), "out", True))
+        self._check(int(rc), "moe_token")
+
+    def expert_tokens(self, shape: Any, expert: ExpertRef, x: np.ndarray, weights: np.ndarray,
+                      out: np.ndarray) -> None:
+        """out[t] = weights[t] * expert(x[t]) for up to 16 tokens."""
+        t = int(x.shape[0]) if x.ndim == 2 else -1
+        if not 1 <= t <= MAX_TOKENS:
+            raise ValueError(f"x must be [tokens<= {MAX_TOKENS}, hidden], got {x.shape}")
+        h = int(shape.hidden)
+        rc = self.lib.neural_expert_tokens(shape, expert.cdata, t, self._f32(x, (t, h), "x"),
+                                           self._f32(weights, (t,), "weights"), self._f32(out, (t, h), "out", True))
+        self._check(int(rc), "expert_tokens")
+
+    def probe_read(self, buf: Pointerish, nbytes: int | None = None) -> int:
+        ptr, _owner = self.pointer(buf, "void *")
+        n = nbytes if nbytes is not None else memoryview(buf).nbytes
+        return int(self.lib.neural_probe_read(ptr, n))
+
+    def expf(self, x: float) -> float:
+        return float(self.lib.neural_expf(x))
+
+
+_lock = threading.Lock()
+_kernel: NativeKernel | None = None
+_error: str | None = None
+
+
+def load_kernel() -> NativeKernel:
+    """The process-wide kernel; raises NativeUnavailable with the reason if it cannot load."""
+    global _kernel, _error
+    with _lock:
+        if _kernel is not None:
+            return _kernel
+        if _error is not None:
+            raise NativeUnavailable(_error)
+        try:
+            from . import _neural_native as mod  # type: ignore[attr-defined]
+        except Exception as exc:  # ImportError, or an OSError from a broken shared library
+            _error = (f"native expert kernel not built or not loadable ({type(exc).__name__}: {exc}); "
+                      "reinstall with a C compiler present: pip install -e .")
+            raise NativeUnavailable(_error) from exc
+        _kernel = NativeKernel(mod.ffi, mod.lib)
+        return _kernel

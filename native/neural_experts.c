@@ -1,0 +1,553 @@
+/*
+ * The expert calls: one token through k experts (decode), up to 16 tokens through one expert
+ * (prompt processing), copy-on-compute capture, and the DRAM read probe. Numerics and record
+ * layout are documented in neural_experts.h; the ISA kernels live in neural_isa.c and the
+ * worker team in neural_team.c.
+ */
+#include "neural_experts.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "neural_internal.h"
+#include "neural_platform.h"
+#include "neural_team.h"
+
+#define CH_GATE_UP 32 /* gate_up rows per chunk (even: a chunk holds whole gate/up pairs) */
+#define CH_DOWN 16    /* down rows per chunk (each chunk covers all k experts) */
+#define CH_PROBE (1u << 20)
+
+static nmutex api_lock = NMUTEX_INIT;
+static int initialized = 0;
+static const neural_kernels *kern = &neural_kernels_scalar;
+static float *ws = NULL; /* call workspace, grown on demand (under api_lock) */
+static size_t ws_cap = 0;
+
+static void ensure_init(void) {
+    if (initialized) return;
+    neural_tables_init();
+    int isa = neural_best_isa();
+#if NEURAL_X86
+    if (isa == NEURAL_ISA_AVX512) kern = &neural_kernels_avx512;
+    else if (isa == NEURAL_ISA_AVX2) kern = &neural_kernels_avx2;
+#endif
+    (void)isa;
+    neural_team_resize(0);
+    initialized = 1;
+}
+
+static float *workspace(size_t floats) {
+    if (floats > ws_cap) {
+        aligned_free64(ws);
+        ws = (float *)aligned_alloc64(floats * sizeof(float));
+        ws_cap = ws ? floats : 0;
+    }
+    return ws;
+}
+
+/* ---- ISA and threads ---- */
+const char *neural_isa_name(int isa) {
+    switch (isa) {
+    case NEURAL_ISA_SCALAR: return "scalar";
+    case NEURAL_ISA_AVX2: return "avx2";
+    case NEURAL_ISA_AVX512: return "avx512";
+    default: return "auto";
+    }
+}
+
+int neural_best_isa(void) {
+    int f = neural_cpu_features();
+    if (f & NEURAL_CPU_AVX512) return NEURAL_ISA_AVX512;
+    if (f & NEURAL_CPU_AVX2) return NEURAL_ISA_AVX2;
+    return NEURAL_ISA_SCALAR;
+}
+
+int neural_set_isa(int isa) {
+    int rc = NEURAL_OK;
+    nm_lock(&api_lock);
+    ensure_init();
+    int want = isa == NEURAL_ISA_AUTO ? neural_best_isa() : isa;
+    int f = neural_cpu_features();
+    if (want == NEURAL_ISA_SCALAR) {
+        kern = &neural_kernels_scalar;
+#if NEURAL_X86
+    } else if (want == NEURAL_ISA_AVX2 && (f & NEURAL_CPU_AVX2)) {
+        kern = &neural_kernels_avx2;
+    } else if (want == NEURAL_ISA_AVX512 && (f & NEURAL_CPU_AVX512)) {
+        kern = &neural_kernels_avx512;
+#endif
+    } else {
+        rc = NEURAL_EISA;
+    }
+    (void)f;
+    nm_unlock(&api_lock);
+    return rc;
+}
+
+int neural_get_isa(void) {
+    nm_lock(&api_lock);
+    ensure_init();
+    int isa = kern->isa;
+    nm_unlock(&api_lock);
+    return isa;
+}
+
+int neural_set_threads(int n) {
+    nm_lock(&api_lock);
+    ensure_init();
+    int got = neural_team_resize(n);
+    nm_unlock(&api_lock);
+    return got;
+}
+
+int neural_get_threads(void) {
+    nm_lock(&api_lock);
+    ensure_init();
+    int n = neural_team_size();
+    nm_unlock(&api_lock);
+    return n;
+}
+
+void neural_set_spin_us(int us) { neural_team_set_spin(us); }
+
+/* ---- the canonical exp (see header) ---- */
+static float pow2i(int k) { /* 2^k for k in [-126, 127] */
+    uint32_t bits = (uint32_t)(k + 127) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+float neural_expf(float x) {
+    if (x != x) return x + x;
+    if (x > 88.72283935546875f) return HUGE_VALF;
+    if (x < -103.972084045410156f) return 0.0f;
+    float t = x * 1.44269502162933349609375f;
+    float n = (t + 12582912.0f) - 12582912.0f; /* round to nearest integer */
+    float r = x - n * 0.693145751953125f;      /* Cody-Waite: ln2 high part (exact product) */
+    r = r - n * 1.428606765330187045e-06f;     /* ln2 low part */
+    float p = 1.98412698e-4f;
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int ni = (int)n, n1 = ni / 2, n2 = ni - n1;
+    return (p * pow2i(n1)) * pow2i(n2);
+}
+
+static float swiglu(float g, float u, float limit, float alpha) {
+    g = (g > limit) ? limit : g;
+    u = (u > limit) ? limit : ((u < -limit) ? -limit : u);
+    float sig = 1.0f / (1.0f + neural_expf(-(alpha * g)));
+    return (g * sig) * (u + 1.0f);
+}
+
+static float bf16_at(const uint8_t *p, long i) {
+    uint32_t bits = ((uint32_t)p[2 * i] | ((uint32_t)p[2 * i + 1] << 8)) << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* ---- record layout ---- */
+static int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
+
+static int64_t scale_row_bytes(const neural_shape *s, int G) {
+    return s->format == NEURAL_FORMAT_PACKED ? 1 + (G + 1) / 2 : G;
+}
+
+static int64_t part_bytes(const neural_shape *s, int part) {
+    int64_t H = s->hidden, I = s->intermediate, G1 = H / 32, G2 = I / 32;
+    switch (part) {
+    case NEURAL_PART_GU_CODES: return 2 * I * G1 * 16;
+    case NEURAL_PART_GU_SCALES: return 2 * I * scale_row_bytes(s, (int)G1);
+    case NEURAL_PART_DN_CODES: return H * G2 * 16;
+    case NEURAL_PART_DN_SCALES: return H * scale_row_bytes(s, (int)G2);
+    case NEURAL_PART_GU_BIAS: return 2 * I * 2;
+    case NEURAL_PART_DN_BIAS: return H * 2;
+    default: return 0;
+    }
+}
+
+int64_t neural_record_bytes(const neural_shape *s) {
+    int64_t off = 0;
+    for (int p = 0; p < NEURAL_PART_EXC; p++) off = align64(off) + part_bytes(s, p);
+    return align64(off);
+}
+
+static int64_t exc_bytes(const neural_shape *s, const neural_expert *ex) {
+    if (s->format != NEURAL_FORMAT_PACKED || ex->n_exc == 0 || !ex->exc) return 0;
+    int64_t I2 = 2 * (int64_t)s->intermediate, G1 = s->hidden / 32, G2 = s->intermediate / 32, ngu = 0;
+    for (uint32_t i = 0; i < ex->n_exc; i++) ngu += rd32(ex->exc + 4 * (size_t)i) < I2;
+    return 4 * (int64_t)ex->n_exc + ngu * G1 + ((int64_t)ex->n_exc - ngu) * G2;
+}
+
+static int shape_ok(const neural_shape *s) {
+    if (!s || s->hidden <= 0 || s->intermediate <= 0 || s->hidden % 32 || s->intermediate % 32) return 0;
+    if (s->hidden > NEURAL_MAX_DIM || s->intermediate > NEURAL_MAX_DIM) return 0;
+    if (s->format != NEURAL_FORMAT_RAW && s->format != NEURAL_FORMAT_PACKED) return 0;
+    int64_t end = 0;
+    for (int p = 0; p < NEURAL_PART_EXC; p++) {
+        if (s->record_offset[p] < end) return 0;
+        end = s->record_offset[p] + part_bytes(s, p);
+    }
+    return s->record_offset[NEURAL_PART_EXC] >= end;
+}
+
+static int expert_ok(const neural_expert *ex) {
+    if (!ex) return 0;
+    for (int p = 0; p < 6; p++)
+        if (!ex->part[p]) return 0;
+    return 1;
+}
+
+/* ---- scale rows (raw pointer, or packed row decoded into buf) ---- */
+static const uint8_t *exception_row(const neural_shape *s, const neural_expert *ex, int mat, long row, int G,
+                                    uint8_t *buf, volatile long *err) {
+    uint32_t I2 = 2u * (uint32_t)s->intermediate, id = mat ? I2 + (uint32_t)row : (uint32_t)row;
+    uint32_t n = ex->n_exc;
+    const uint8_t *a = ex->exc;
+    if (a && n) {
+        size_t lo = 0, hi = n;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (rd32(a + 4 * mid) < id) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < n && rd32(a + 4 * lo) == id) {
+            size_t ngu = 0, h2 = n;
+            while (ngu < h2) {
+                size_t mid = (ngu + h2) / 2;
+                if (rd32(a + 4 * mid) < I2) ngu = mid + 1;
+                else h2 = mid;
+            }
+            size_t G1 = (size_t)s->hidden / 32, G2 = (size_t)s->intermediate / 32;
+            size_t off = 4 * (size_t)n + (lo < ngu ? lo * G1 : ngu * G1 + (lo - ngu) * G2);
+            return a + off;
+        }
+    }
+    a_store(err, NEURAL_ECORRUPT);
+    memset(buf, 0xFF, (size_t)G);
+    return buf;
+}
+
+static const uint8_t *row_scales(const neural_shape *s, const neural_expert *ex, int mat, long row, int G,
+                                 uint8_t *buf, volatile long *err) {
+    const uint8_t *base = ex->part[mat ? NEURAL_PART_DN_SCALES : NEURAL_PART_GU_SCALES];
+    if (s->format == NEURAL_FORMAT_RAW) return base + (size_t)row * (size_t)G;
+    const uint8_t *p = base + (size_t)row * (size_t)scale_row_bytes(s, G);
+    if (p[0] == 0xFF) return exception_row(s, ex, mat, row, G, buf, err);
+    unsigned b = p[0];
+    for (int g = 0; g < G; g++) buf[g] = (uint8_t)(b + ((p[1 + g / 2] >> ((g & 1) * 4)) & 15));
+    return buf;
+}
+
+/* ---- copy-on-compute ---- */
+static void copy_stream(uint8_t *dst, const uint8_t *src, size_t n) {
+#if NEURAL_X86
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > n) head = n;
+    memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    for (; n >= 64; n -= 64, dst += 64, src += 64) { /* non-temporal: no read-for-ownership of dst */
+        _mm_stream_si128((__m128i *)dst, _mm_loadu_si128((const __m128i *)src));
+        _mm_stream_si128((__m128i *)(dst + 16), _mm_loadu_si128((const __m128i *)(src + 16)));
+        _mm_stream_si128((__m128i *)(dst + 32), _mm_loadu_si128((const __m128i *)(src + 32)));
+        _mm_stream_si128((__m128i *)(dst + 48), _mm_loadu_si128((const __m128i *)(src + 48)));
+    }
+#endif
+    memcpy(dst, src, n);
+}
+
+static void stream_fence(void) {
+#if NEURAL_X86
+    _mm_sfence();
+#endif
+}
+
+static void capture_rows(const neural_shape *s, const neural_expert *ex, int mat, long r0, long r1) {
+    int G = mat ? s->intermediate / 32 : s->hidden / 32;
+    int pc = mat ? NEURAL_PART_DN_CODES : NEURAL_PART_GU_CODES, ps = pc + 1;
+    size_t cb = (size_t)G * 16, sb = (size_t)scale_row_bytes(s, G);
+    copy_stream(ex->capture + s->record_offset[pc] + r0 * cb, ex->part[pc] + r0 * cb, (size_t)(r1 - r0) * cb);
+    copy_stream(ex->capture + s->record_offset[ps] + r0 * sb, ex->part[ps] + r0 * sb, (size_t)(r1 - r0) * sb);
+}
+
+/* Biases, the exception area and the zero padding between parts: small, done by the caller. */
+static void capture_rest(const neural_shape *s, const neural_expert *ex) {
+    int64_t end = 0;
+    for (int p = 0; p < NEURAL_PART_EXC; p++) {
+        memset(ex->capture + end, 0, (size_t)(s->record_offset[p] - end));
+        end = s->record_offset[p] + part_bytes(s, p);
+    }
+    memset(ex->capture + end, 0, (size_t)(s->record_offset[NEURAL_PART_EXC] - end));
+    memcpy(ex->capture + s->record_offset[NEURAL_PART_GU_BIAS], ex->part[NEURAL_PART_GU_BIAS],
+           (size_t)part_bytes(s, NEURAL_PART_GU_BIAS));
+    memcpy(ex->capture + s->record_offset[NEURAL_PART_DN_BIAS], ex->part[NEURAL_PART_DN_BIAS],
+           (size_t)part_bytes(s, NEURAL_PART_DN_BIAS));
+    int64_t eb = exc_bytes(s, ex);
+    if (eb) memcpy(ex->capture + s->record_offset[NEURAL_PART_EXC], ex->exc, (size_t)eb);
+}
+
+/* dst[r - r0] = dot(row r of matrix mat, z) + bias[r] for r in [r0, r1) */
+static void matrix_rows(const neural_shape *s, const neural_expert *ex, const neural_kernels *kf, int mat,
+                        const float *z, long r0, long r1, float *dst, volatile long *err) {
+    int G = mat ? s->intermediate / 32 : s->hidden / 32;
+    const uint8_t *codes = ex->part[mat ? NEURAL_PART_DN_CODES : NEURAL_PART_GU_CODES];
+    const uint8_t *bias = ex->part[mat ? NEURAL_PART_DN_BIAS : NEURAL_PART_GU_BIAS];
+    uint8_t sbuf[4][NEURAL_MAX_G];
+    for (long r = r0; r < r1; r += 4) {
+        int n = (int)(r1 - r < 4 ? r1 - r : 4);
+        const uint8_t *cp[4], *sp[4];
+        float o[4];
+        for (int i = 0; i < 4; i++) {
+            long rr = r + (i < n ? i : n - 1);
+            cp[i] = codes + (size_t)rr * (size_t)G * 16;
+            sp[i] = i < n ? row_scales(s, ex, mat, rr, G, sbuf[i], err) : sp[n - 1];
+        }
+        kf->dot4(cp, sp, z, G, o);
+        for (int i = 0; i < n; i++) dst[r - r0 + i] = o[i] + bf16_at(bias, r + i);
+    }
+    if (ex->capture) capture_rows(s, ex, mat, r0, r1);
+}
+
+/* ---- one token through k experts ---- */
+typedef struct {
+    const neural_shape *s;
+    const neural_expert *const *ex;
+    const float *w;
+    int k;
+    const float *zx; /* permuted x */
+    float *act;      /* [k][I] permuted activations */
+    float *out;
+    const neural_kernels *kf;
+    long cpe; /* gate_up chunks per expert */
+    volatile long next;
+    long nchunks;
+    volatile long err;
+} moe_job;
+
+static void moe_gate_up(void *ctx, int tid) {
+    moe_job *j = (moe_job *)ctx;
+    const neural_shape *s = j->s;
+    long rows = 2L * s->intermediate;
+    float h[CH_GATE_UP];
+    (void)tid;
+    for (;;) {
+        long c = neural_next_chunk(&j->next);
+        if (c >= j->nchunks) break;
+        int e = (int)(c / j->cpe);
+        long r0 = (c % j->cpe) * CH_GATE_UP, r1 = r0 + CH_GATE_UP < rows ? r0 + CH_GATE_UP : rows;
+        matrix_rows(s, j->ex[e], j->kf, 0, j->zx, r0, r1, h, &j->err);
+        float *act = j->act + (size_t)e * (size_t)s->intermediate;
+        for (long r = r0; r < r1; r += 2)
+            act[neural_perm_index((int)(r / 2))] = swiglu(h[r - r0], h[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha);
+    }
+    stream_fence();
+}
+
+static void moe_down(void *ctx, int tid) {
+    moe_job *j = (moe_job *)ctx;
+    const neural_shape *s = j->s;
+    float y[NEURAL_MAX_K][CH_DOWN];
+    (void)tid;
+    for (;;) {
+        long c = neural_next_chunk(&j->next);
+        if (c >= j->nchunks) break;
+        long r0 = c * CH_DOWN, r1 = r0 + CH_DOWN < s->hidden ? r0 + CH_DOWN : s->hidden;
+        for (int e = 0; e < j->k; e++)
+            matrix_rows(s, j->ex[e], j->kf, 1, j->act + (size_t)e * (size_t)s->intermediate, r0, r1, y[e], &j->err);
+        for (long r = r0; r < r1; r++) {
+            float acc = j->w[0] * y[0][r - r0];
+            for (int e = 1; e < j->k; e++) acc = acc + j->w[e] * y[e][r - r0];
+            j->out[r] = acc;
+        }
+    }
+    stream_fence();
+}
+
+int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                     const float *x, float *out) {
+    if (!shape_ok(s) || !experts || !weights || !x || !out || k < 1 || k > NEURAL_MAX_K) return NEURAL_EINVAL;
+    for (int e = 0; e < k; e++)
+        if (!expert_ok(experts[e])) return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    int H = s->hidden, I = s->intermediate;
+    float *buf = workspace((size_t)H + (size_t)k * (size_t)I);
+    if (!buf) {
+        nm_unlock(&api_lock);
+        return NEURAL_ENOMEM;
+    }
+    for (int i = 0; i < H; i++) buf[neural_perm_index(i)] = x[i];
+    for (int e = 0; e < k; e++)
+        if (experts[e]->capture) capture_rest(s, experts[e]);
+    moe_job j;
+    memset(&j, 0, sizeof j);
+    j.s = s, j.ex = experts, j.w = weights, j.k = k, j.zx = buf, j.act = buf + H, j.out = out, j.kf = kern;
+    j.cpe = (2L * I + CH_GATE_UP - 1) / CH_GATE_UP;
+    j.nchunks = j.cpe * k;
+    neural_team_run(moe_gate_up, &j);
+    j.next = 0;
+    j.nchunks = (H + CH_DOWN - 1) / CH_DOWN;
+    neural_team_run(moe_down, &j);
+    int rc = (int)j.err;
+    nm_unlock(&api_lock);
+    return rc;
+}
+
+/* ---- up to 16 tokens through one expert ---- */
+typedef struct {
+    const neural_shape *s;
+    const neural_expert *ex;
+    int ntok;
+    const float *zx; /* [ntok][H] permuted inputs */
+    float *act;      /* [ntok][I] permuted activations */
+    const float *w;
+    float *out;
+    float *scratch; /* per thread: decoded row, block scales, [ntok][CH_GATE_UP] */
+    size_t stride;
+    const neural_kernels *kf;
+    int mat;
+    volatile long next;
+    long nchunks;
+    volatile long err;
+} tok_job;
+
+/* res[t][r - r0] = dot(row r, z_t) + bias for every token t, decoding each row once */
+static void token_rows(tok_job *j, int tid, long r0, long r1, const float *z, long zstride, float *res, long rstride) {
+    const neural_shape *s = j->s;
+    const neural_expert *ex = j->ex;
+    int mat = j->mat, G = mat ? s->intermediate / 32 : s->hidden / 32;
+    const uint8_t *codes = ex->part[mat ? NEURAL_PART_DN_CODES : NEURAL_PART_GU_CODES];
+    const uint8_t *bias = ex->part[mat ? NEURAL_PART_DN_BIAS : NEURAL_PART_GU_BIAS];
+    float *dec = j->scratch + (size_t)tid * j->stride, *scf = dec + (size_t)G * 32;
+    uint8_t sbuf[NEURAL_MAX_G];
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *sp = row_scales(s, ex, mat, r, G, sbuf, &j->err);
+        neural_decode_row(codes + (size_t)r * (size_t)G * 16, sp, G, dec, scf);
+        float b = bf16_at(bias, r);
+        for (int t = 0; t < j->ntok; t += 4) {
+            const float *zp[4];
+            float o[4];
+            int n = j->ntok - t < 4 ? j->ntok - t : 4;
+            for (int i = 0; i < 4; i++) zp[i] = z + (size_t)(t + (i < n ? i : n - 1)) * (size_t)zstride;
+            j->kf->dotdec4(dec, scf, zp, G, o);
+            for (int i = 0; i < n; i++) res[(size_t)(t + i) * (size_t)rstride + (size_t)(r - r0)] = o[i] + b;
+        }
+    }
+    if (ex->capture) capture_rows(s, ex, mat, r0, r1);
+}
+
+static void tok_gate_up(void *ctx, int tid) {
+    tok_job *j = (tok_job *)ctx;
+    const neural_shape *s = j->s;
+    long rows = 2L * s->intermediate;
+    float *h = j->scratch + (size_t)tid * j->stride + (size_t)NEURAL_MAX_G * 33;
+    for (;;) {
+        long c = neural_next_chunk(&j->next);
+        if (c >= j->nchunks) break;
+        long r0 = c * CH_GATE_UP, r1 = r0 + CH_GATE_UP < rows ? r0 + CH_GATE_UP : rows;
+        token_rows(j, tid, r0, r1, j->zx, s->hidden, h, CH_GATE_UP);
+        for (int t = 0; t < j->ntok; t++) {
+            float *act = j->act + (size_t)t * (size_t)s->intermediate, *ht = h + (size_t)t * CH_GATE_UP;
+            for (long r = r0; r < r1; r += 2)
+                act[neural_perm_index((int)(r / 2))] =
+                    swiglu(ht[r - r0], ht[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha);
+        }
+    }
+    stream_fence();
+}
+
+static void tok_down(void *ctx, int tid) {
+    tok_job *j = (tok_job *)ctx;
+    const neural_shape *s = j->s;
+    float *y = j->scratch + (size_t)tid * j->stride + (size_t)NEURAL_MAX_G * 33;
+    for (;;) {
+        long c = neural_next_chunk(&j->next);
+        if (c >= j->nchunks) break;
+        long r0 = c * CH_DOWN, r1 = r0 + CH_DOWN < s->hidden ? r0 + CH_DOWN : s->hidden;
+        token_rows(j, tid, r0, r1, j->act, s->intermediate, y, CH_DOWN);
+        for (int t = 0; t < j->ntok; t++)
+            for (long r = r0; r < r1; r++)
+                j->out[(size_t)t * (size_t)s->hidden + (size_t)r] = j->w[t] * y[(size_t)t * CH_DOWN + (size_t)(r - r0)];
+    }
+    stream_fence();
+}
+
+int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
+                         const float *weights, float *out) {
+    if (!shape_ok(s) || !expert_ok(expert) || !x || !weights || !out || ntok < 1 || ntok > NEURAL_MAX_TOKENS)
+        return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    int H = s->hidden, I = s->intermediate, nt = neural_team_size();
+    size_t stride = (size_t)NEURAL_MAX_G * 33 + (size_t)NEURAL_MAX_TOKENS * CH_GATE_UP;
+    stride = (stride + 15) & ~(size_t)15;
+    size_t io = (size_t)ntok * ((size_t)H + (size_t)I);
+    float *buf = workspace(io + stride * (size_t)nt);
+    if (!buf) {
+        nm_unlock(&api_lock);
+        return NEURAL_ENOMEM;
+    }
+    for (int t = 0; t < ntok; t++)
+        for (int i = 0; i < H; i++) buf[(size_t)t * H + neural_perm_index(i)] = x[(size_t)t * H + i];
+    if (expert->capture) capture_rest(s, expert);
+    tok_job j;
+    memset(&j, 0, sizeof j);
+    j.s = s, j.ex = expert, j.ntok = ntok, j.zx = buf, j.act = buf + (size_t)ntok * H, j.w = weights, j.out = out;
+    j.scratch = buf + io, j.stride = stride, j.kf = kern;
+    j.mat = 0;
+    j.nchunks = (2L * I + CH_GATE_UP - 1) / CH_GATE_UP;
+    neural_team_run(tok_gate_up, &j);
+    j.mat = 1;
+    j.next = 0;
+    j.nchunks = (H + CH_DOWN - 1) / CH_DOWN;
+    neural_team_run(tok_down, &j);
+    int rc = (int)j.err;
+    nm_unlock(&api_lock);
+    return rc;
+}
+
+/* ---- DRAM read probe ---- */
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+    volatile long next;
+    long nchunks;
+    const neural_kernels *kf;
+    uint64_t sums[NEURAL_MAX_THREADS];
+} probe_job;
+
+static void probe_run(void *ctx, int tid) {
+    probe_job *j = (probe_job *)ctx;
+    uint64_t s = 0;
+    for (;;) {
+        long c = neural_next_chunk(&j->next);
+        if (c >= j->nchunks) break;
+        size_t off = (size_t)c * CH_PROBE, len = j->n - off < CH_PROBE ? j->n - off : CH_PROBE;
+        s ^= j->kf->read(j->p + off, len);
+    }
+    j->sums[tid] = s;
+}
+
+uint64_t neural_probe_read(const void *buf, size_t bytes) {
+    nm_lock(&api_lock);
+    ensure_init();
+    probe_job *j = (probe_job *)calloc(1, sizeof(probe_job));
+    uint64_t s = 0;
+    if (j) {
+        j->p = (const uint8_t *)buf, j->n = bytes, j->kf = kern;
+        j->nchunks = (long)((bytes + CH_PROBE - 1) / CH_PROBE);
+        neural_team_run(probe_run, j);
+        for (int t = 0; t < neural_team_size(); t++) s ^= j->sums[t];
+        free(j);
+    }
+    nm_unlock(&api_lock);
+    return s;
+}

@@ -1,0 +1,142 @@
+/*
+ * Neural native CPU expert kernel: gpt-oss MXFP4 experts straight from RAM.
+ *
+ * One binary, runtime CPU dispatch (AVX-512, AVX2+FMA, portable scalar), a persistent worker
+ * team, and results that are bit-identical for every thread count and every ISA path.
+ *
+ * NUMERICS (the canonical arithmetic; every ISA path performs exactly these fp32 operations)
+ * ------------------------------------------------------------------------------------------
+ * Weights. A row of an expert matrix has G blocks of 32 inputs; block g has 16 code bytes and
+ *   one E8M0 scale byte s. Byte b (0..15) holds element 2b in its LOW nibble and element 2b+1
+ *   in its HIGH nibble. E2M1 code c maps through the LUT
+ *     c:    0   1   2   3   4   5   6   7    8   9  10  11  12  13  14  15
+ *     v:    0  .5   1 1.5   2   3   4   6   -0 -.5  -1 -1.5 -2  -3  -4  -6
+ *   and the weight is v * 2^(s-127). The kernel works with the integer-valued codes
+ *   q = 2v (0,1,2,3,4,6,8,12, negatives) and the scale S(s) = 2^(s-128) (fp32; s = 0 gives the
+ *   denormal 2^-128, s = 255 gives 2^127), so q*S(s) == v*2^(s-127) exactly.
+ * Dot product of a row with an input vector z (fp32), 16 lanes l = 0..15, acc[l] = +0:
+ *     for g in 0..G-1:  d    = q(lo nibble of byte l) * z[32g+2l]                 (fp32 mul)
+ *                       d    = fma(q(hi nibble of byte l), z[32g+2l+1], d)        (fused)
+ *                       acc[l] = fma(d, S(s_g), acc[l])                           (fused)
+ *   then a fixed tree: for i in 8,4,2,1: acc[l] = acc[l] + acc[l+i] (l < i); dot = acc[0].
+ *   Because S is a power of two this equals the block-scaled reference sum up to the usual
+ *   fp32 rounding; it can differ from a dequantize-first reference only where a product
+ *   over- or underflows (scale bytes near 0 or 255): there the reference's ldexp gives
+ *   inf/NaN/denormals, the kernel gives its own inf/denormal results (documented in tests).
+ * Biases are bf16 bits, converted exactly to fp32 and added once: h = dot + b.
+ * gate_up rows are interleaved: row 2j is gate unit j, row 2j+1 is up unit j. SwiGLU:
+ *     g = (g > limit) ? limit : g                     (upper clamp only; NaN propagates)
+ *     u = (u > limit) ? limit : (u < -limit ? -limit : u)
+ *     a = (g * sig) * (u + 1),  sig = 1 / (1 + exp(-(alpha*g)))
+ *   exp is the kernel's own fp32 routine (Cody-Waite reduction, degree-7 Horner polynomial,
+ *   two power-of-two multiplies; no FMA), so it is the same on every platform and ISA.
+ * down: y_e = dot(down row, a) + b_down.
+ * Routing: out[h] = w_0*y_0[h]; out[h] = out[h] + w_e*y_e[h] for e = 1..k-1 in the given order
+ *   (separate multiply and add). The multi-token call writes out[t][h] = w_t * y_t[h].
+ * Parallelism never changes a result: rows are handed out dynamically, but every output
+ *   element is computed start to finish by one thread in the fixed order above.
+ * The workers run with the caller's MXCSR (rounding/FTZ/DAZ), sampled at each call.
+ *
+ * Build: no global ISA flags; SIMD functions carry function-level target attributes (GCC,
+ * Clang, MinGW) or rely on MSVC's per-intrinsic code generation. Compile with FP contraction
+ * off (-ffp-contract=off; MSVC /fp:precise), which the canonical arithmetic above assumes.
+ */
+#ifndef NEURAL_EXPERTS_H
+#define NEURAL_EXPERTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NEURAL_ISA_AUTO 0
+#define NEURAL_ISA_SCALAR 1
+#define NEURAL_ISA_AVX2 2
+#define NEURAL_ISA_AVX512 3
+
+/* bits of neural_cpu_features() */
+#define NEURAL_CPU_AVX2 1     /* AVX2 + FMA + OS support */
+#define NEURAL_CPU_AVX512 2   /* AVX-512 F/BW/DQ/VL + OS support */
+#define NEURAL_CPU_VBMI 4
+#define NEURAL_CPU_BF16 8
+
+#define NEURAL_FORMAT_RAW 0
+#define NEURAL_FORMAT_PACKED 1
+
+/* the parts of one expert record, in record order */
+#define NEURAL_PART_GU_CODES 0
+#define NEURAL_PART_GU_SCALES 1
+#define NEURAL_PART_DN_CODES 2
+#define NEURAL_PART_DN_SCALES 3
+#define NEURAL_PART_GU_BIAS 4
+#define NEURAL_PART_DN_BIAS 5
+#define NEURAL_PART_EXC 6
+#define NEURAL_NPARTS 7
+
+#define NEURAL_MAX_TOKENS 16
+#define NEURAL_MAX_K 32
+#define NEURAL_MAX_THREADS 256
+#define NEURAL_MAX_DIM 16384
+
+#define NEURAL_OK 0
+#define NEURAL_EINVAL -1
+#define NEURAL_ECORRUPT -2
+#define NEURAL_EISA -3
+#define NEURAL_ENOMEM -4
+
+typedef struct neural_shape {
+    int32_t hidden;        /* H: model width (multiple of 32) */
+    int32_t intermediate;  /* I: expert width (multiple of 32) */
+    int32_t format;        /* NEURAL_FORMAT_RAW or NEURAL_FORMAT_PACKED */
+    float swiglu_limit;
+    float swiglu_alpha;
+    /* Where each part lies inside a record (capture buffers use the same layout); the
+       exception area (packed only) starts at record_offset[NEURAL_PART_EXC]. */
+    int64_t record_offset[NEURAL_NPARTS];
+} neural_shape;
+
+/*
+ * One expert. raw scales: [rows][G] bytes. packed scales: [rows][1 + ceil(G/2)] bytes: a base
+ * byte, then G 4-bit offsets (low nibble first); s_g = base + offset_g. A base byte of 0xFF
+ * marks a fallback row whose G raw bytes live in the exception area:
+ *   uint32 row_id[n_exc] (sorted; gate_up rows are 0..2I-1, down row h is 2I+h),
+ *   then the raw scale rows in the same order (G_gate_up bytes, then G_down bytes each).
+ */
+typedef struct neural_expert {
+    const uint8_t *part[6];  /* indexed by NEURAL_PART_* (0..5) */
+    const uint8_t *exc;      /* exception area or NULL */
+    uint32_t n_exc;
+    uint8_t *capture;        /* NULL, or receives the record bytes while they are read */
+} neural_expert;
+
+int neural_cpu_features(void);
+const char *neural_isa_name(int isa);
+int neural_best_isa(void);
+/* Force a path (NEURAL_ISA_*; AUTO = best). Returns NEURAL_EISA if the CPU lacks it. */
+int neural_set_isa(int isa);
+int neural_get_isa(void);
+/* Threads including the caller; 0 = all online CPUs. Restarts the persistent team. */
+int neural_set_threads(int n);
+int neural_get_threads(void);
+/* How long idle workers spin before they sleep (microseconds). */
+void neural_set_spin_us(int us);
+/* Bytes of one record's fixed part for a shape/format (no exception area). */
+int64_t neural_record_bytes(const neural_shape *s);
+
+/* k experts of one layer for one token: out[H] = sum_e w[e] * expert_e(x). */
+int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                     const float *x, float *out);
+/* ntok (<= 16) tokens through one expert: out[t][H] = w[t] * expert(x[t]). */
+int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
+                         const float *weights, float *out);
+/* Read `bytes` of memory with the whole team (DRAM bandwidth probe); returns a checksum. */
+uint64_t neural_probe_read(const void *buf, size_t bytes);
+/* The canonical fp32 exp used by SwiGLU (exported for the reference tests). */
+float neural_expf(float x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,58 @@
+/* Internal interface between the dispatcher (neural_experts.c) and the ISA kernels (neural_isa.c). */
+#ifndef NEURAL_INTERNAL_H
+#define NEURAL_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#define NEURAL_X86 1
+#else
+#define NEURAL_X86 0
+#endif
+
+/* Function-level ISA targets: GCC/Clang/MinGW use attributes; MSVC emits any intrinsic as-is. */
+#if NEURAL_X86 && (defined(__GNUC__) || defined(__clang__))
+#define NEURAL_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define NEURAL_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#else
+#define NEURAL_TARGET_AVX2
+#define NEURAL_TARGET_AVX512
+#endif
+
+#define NEURAL_MAX_G (16384 / 32)
+
+/* 2 * E2M1 value per 4-bit code, and S(s) = 2^(s-128) per scale byte. */
+extern const float neural_lut2[16];
+extern const int8_t neural_lut2_i8[16];
+extern float neural_scale2[256];
+
+typedef struct neural_kernels {
+    int isa;
+    /* 4 rows x 1 input: out[i] = dot(row i, z); z in permuted block layout (see below). */
+    void (*dot4)(const uint8_t *const codes[4], const uint8_t *const scales[4], const float *z, int G, float out[4]);
+    /* 1 decoded row x 4 inputs: dec = [G][32] q values (16 low-nibble lanes, 16 high), scf = S per block. */
+    void (*dotdec4)(const float *dec, const float *scf, const float *const z[4], int G, float out[4]);
+    /* checksum of a read of n bytes (n multiple of 256, p 64-byte aligned) */
+    uint64_t (*read)(const uint8_t *p, size_t n);
+} neural_kernels;
+
+/*
+ * Permuted input layout: for block g the 32 floats are [z[32g+0], z[32g+2], ..., z[32g+30],
+ * z[32g+1], z[32g+3], ..., z[32g+31]]: lane l of the low half meets the low nibble of byte l.
+ */
+static inline int neural_perm_index(int j) {
+    int p = j & 31;
+    return (j & ~31) + ((p & 1) ? 16 + (p >> 1) : (p >> 1));
+}
+
+extern const neural_kernels neural_kernels_scalar;
+#if NEURAL_X86
+extern const neural_kernels neural_kernels_avx2;
+extern const neural_kernels neural_kernels_avx512;
+#endif
+
+void neural_tables_init(void);
+void neural_decode_row(const uint8_t *codes, const uint8_t *scales, int G, float *dec, float *scf);
+
+#endif

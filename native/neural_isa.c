@@ -1,0 +1,270 @@
+/*
+ * ISA kernels of the expert GEMV: portable scalar (the definition of the arithmetic), AVX2+FMA
+ * and AVX-512. Every path performs the same fp32 operations in the same order per output (see
+ * neural_experts.h), so they agree bit for bit; only the instruction mix differs.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "neural_internal.h"
+
+#if NEURAL_X86
+#include <immintrin.h>
+#endif
+
+/* 2 * E2M1: q for code c. Code 8 (-0) gives -0 here and +0 in the int8 table; a signed zero
+   product never changes a sum that starts at +0, so both tables give identical results. */
+const float neural_lut2[16] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 6.0f, 8.0f, 12.0f,
+                               -0.0f, -1.0f, -2.0f, -3.0f, -4.0f, -6.0f, -8.0f, -12.0f};
+const int8_t neural_lut2_i8[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+float neural_scale2[256];
+
+void neural_tables_init(void) {
+    for (int s = 0; s < 256; s++) neural_scale2[s] = ldexpf(1.0f, s - 128);
+}
+
+void neural_decode_row(const uint8_t *codes, const uint8_t *scales, int G, float *dec, float *scf) {
+    for (int g = 0; g < G; g++) {
+        const uint8_t *b = codes + 16 * g;
+        float *d = dec + 32 * g;
+        for (int l = 0; l < 16; l++) {
+            d[l] = neural_lut2[b[l] & 15];
+            d[16 + l] = neural_lut2[b[l] >> 4];
+        }
+        scf[g] = neural_scale2[scales[g]];
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* scalar                                                                                      */
+
+static float reduce16(float *a) {
+    for (int i = 8; i >= 1; i >>= 1)
+        for (int l = 0; l < i; l++) a[l] = a[l] + a[l + i];
+    return a[0];
+}
+
+static float dot_row_scalar(const uint8_t *codes, const uint8_t *sc, const float *z, int G) {
+    float acc[16];
+    for (int l = 0; l < 16; l++) acc[l] = 0.0f;
+    for (int g = 0; g < G; g++) {
+        const uint8_t *b = codes + 16 * g;
+        const float *zg = z + 32 * g;
+        const float S = neural_scale2[sc[g]];
+        for (int l = 0; l < 16; l++) {
+            float d = neural_lut2[b[l] & 15] * zg[l];
+            d = fmaf(neural_lut2[b[l] >> 4], zg[16 + l], d);
+            acc[l] = fmaf(d, S, acc[l]);
+        }
+    }
+    return reduce16(acc);
+}
+
+static void dot4_scalar(const uint8_t *const codes[4], const uint8_t *const sc[4], const float *z, int G,
+                        float out[4]) {
+    for (int i = 0; i < 4; i++) out[i] = dot_row_scalar(codes[i], sc[i], z, G);
+}
+
+static void dotdec4_scalar(const float *dec, const float *scf, const float *const z[4], int G, float out[4]) {
+    for (int t = 0; t < 4; t++) {
+        float acc[16];
+        for (int l = 0; l < 16; l++) acc[l] = 0.0f;
+        for (int g = 0; g < G; g++) {
+            const float *d32 = dec + 32 * g, *zg = z[t] + 32 * g;
+            for (int l = 0; l < 16; l++) {
+                float d = d32[l] * zg[l];
+                d = fmaf(d32[16 + l], zg[16 + l], d);
+                acc[l] = fmaf(d, scf[g], acc[l]);
+            }
+        }
+        out[t] = reduce16(acc);
+    }
+}
+
+static uint64_t read_scalar(const uint8_t *p, size_t n) {
+    uint64_t s = 0, v;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        memcpy(&v, p + i, 8);
+        s ^= v;
+    }
+    return s;
+}
+
+const neural_kernels neural_kernels_scalar = {1, dot4_scalar, dotdec4_scalar, read_scalar};
+
+#if NEURAL_X86
+/* ------------------------------------------------------------------------------------------ */
+/* AVX2 + FMA: codes -> int8 q via pshufb, widened and converted per 8 lanes                   */
+
+NEURAL_TARGET_AVX2 static inline float hsum8_avx2(__m256 lo8, __m256 hi8) {
+    __m256 s8 = _mm256_add_ps(lo8, hi8);                                               /* l + (l+8) */
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  /* l + (l+4) */
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                /* l + (l+2) */
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));                            /* 0 + 1 */
+    return _mm_cvtss_f32(s1);
+}
+
+#define AVX2_ROW(C, SC, AL, AH)                                                                  \
+    do {                                                                                         \
+        __m128i b_ = _mm_loadu_si128((const __m128i *)((C) + 16 * g));                          \
+        __m128i lo_ = _mm_shuffle_epi8(lut, _mm_and_si128(b_, m0f));                             \
+        __m128i hi_ = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b_, 4), m0f));          \
+        __m256 S_ = _mm256_broadcast_ss(&neural_scale2[(SC)[g]]);                                \
+        __m256 dl_ = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo_)), zeL);          \
+        dl_ = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi_)), zoL, dl_);          \
+        AL = _mm256_fmadd_ps(dl_, S_, AL);                                                       \
+        __m256 dh_ = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo_, lo_))), zeH); \
+        dh_ = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi_, hi_))), zoH, dh_); \
+        AH = _mm256_fmadd_ps(dh_, S_, AH);                                                       \
+    } while (0)
+
+NEURAL_TARGET_AVX2 static void dot2_avx2(const uint8_t *c0, const uint8_t *c1, const uint8_t *s0,
+                                         const uint8_t *s1, const float *z, int G, float *o0, float *o1) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)neural_lut2_i8);
+    const __m128i m0f = _mm_set1_epi8(0x0f);
+    __m256 a0l = _mm256_setzero_ps(), a0h = _mm256_setzero_ps();
+    __m256 a1l = _mm256_setzero_ps(), a1h = _mm256_setzero_ps();
+    for (int g = 0; g < G; g++) {
+        const float *zg = z + 32 * g;
+        const __m256 zeL = _mm256_loadu_ps(zg), zeH = _mm256_loadu_ps(zg + 8);
+        const __m256 zoL = _mm256_loadu_ps(zg + 16), zoH = _mm256_loadu_ps(zg + 24);
+        AVX2_ROW(c0, s0, a0l, a0h);
+        AVX2_ROW(c1, s1, a1l, a1h);
+    }
+    *o0 = hsum8_avx2(a0l, a0h);
+    *o1 = hsum8_avx2(a1l, a1h);
+}
+
+NEURAL_TARGET_AVX2 static void dot4_avx2(const uint8_t *const codes[4], const uint8_t *const sc[4],
+                                         const float *z, int G, float out[4]) {
+    dot2_avx2(codes[0], codes[1], sc[0], sc[1], z, G, &out[0], &out[1]);
+    dot2_avx2(codes[2], codes[3], sc[2], sc[3], z, G, &out[2], &out[3]);
+}
+
+NEURAL_TARGET_AVX2 static void dotdec4_avx2(const float *dec, const float *scf, const float *const z[4], int G,
+                                            float out[4]) {
+    for (int t = 0; t < 4; t += 2) {
+        __m256 a0l = _mm256_setzero_ps(), a0h = _mm256_setzero_ps();
+        __m256 a1l = _mm256_setzero_ps(), a1h = _mm256_setzero_ps();
+        const float *z0 = z[t], *z1 = z[t + 1];
+        for (int g = 0; g < G; g++) {
+            const float *d = dec + 32 * g;
+            const __m256 loL = _mm256_loadu_ps(d), loH = _mm256_loadu_ps(d + 8);
+            const __m256 hiL = _mm256_loadu_ps(d + 16), hiH = _mm256_loadu_ps(d + 24);
+            const __m256 S = _mm256_broadcast_ss(&scf[g]);
+            const float *y0 = z0 + 32 * g, *y1 = z1 + 32 * g;
+            __m256 e;
+            e = _mm256_fmadd_ps(hiL, _mm256_loadu_ps(y0 + 16), _mm256_mul_ps(loL, _mm256_loadu_ps(y0)));
+            a0l = _mm256_fmadd_ps(e, S, a0l);
+            e = _mm256_fmadd_ps(hiH, _mm256_loadu_ps(y0 + 24), _mm256_mul_ps(loH, _mm256_loadu_ps(y0 + 8)));
+            a0h = _mm256_fmadd_ps(e, S, a0h);
+            e = _mm256_fmadd_ps(hiL, _mm256_loadu_ps(y1 + 16), _mm256_mul_ps(loL, _mm256_loadu_ps(y1)));
+            a1l = _mm256_fmadd_ps(e, S, a1l);
+            e = _mm256_fmadd_ps(hiH, _mm256_loadu_ps(y1 + 24), _mm256_mul_ps(loH, _mm256_loadu_ps(y1 + 8)));
+            a1h = _mm256_fmadd_ps(e, S, a1h);
+        }
+        out[t] = hsum8_avx2(a0l, a0h);
+        out[t + 1] = hsum8_avx2(a1l, a1h);
+    }
+}
+
+NEURAL_TARGET_AVX2 static uint64_t read_avx2(const uint8_t *p, size_t n) {
+    __m256i x0 = _mm256_setzero_si256(), x1 = x0, x2 = x0, x3 = x0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        x0 = _mm256_xor_si256(x0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        x1 = _mm256_xor_si256(x1, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+        x2 = _mm256_xor_si256(x2, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+        x3 = _mm256_xor_si256(x3, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
+    }
+    x0 = _mm256_xor_si256(_mm256_xor_si256(x0, x1), _mm256_xor_si256(x2, x3));
+    uint64_t lanes[4];
+    _mm256_storeu_si256((__m256i *)lanes, x0);
+    return lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3] ^ read_scalar(p + i, n - i);
+}
+
+const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, dotdec4_avx2, read_avx2};
+
+/* ------------------------------------------------------------------------------------------ */
+/* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
+
+NEURAL_TARGET_AVX512 static inline float hsum16_avx512(__m512 v) {
+    __m256 lo = _mm512_castps512_ps256(v);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return hsum8_avx2(lo, hi);
+}
+
+#define AVX512_ROW(C, SC, A)                                                                      \
+    do {                                                                                          \
+        __m512i v_ = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((C) + 16 * g)));     \
+        __m512 d_ = _mm512_mul_ps(_mm512_permutexvar_ps(v_, lut), ze);                            \
+        d_ = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v_, 4), lut), zo, d_);      \
+        A = _mm512_fmadd_ps(d_, _mm512_set1_ps(neural_scale2[(SC)[g]]), A);                       \
+    } while (0)
+
+/* Software prefetch distance (bytes of codes ahead); the streams are sequential per row. */
+#define NEURAL_PF_AHEAD 1024
+
+NEURAL_TARGET_AVX512 static void dot4_avx512(const uint8_t *const codes[4], const uint8_t *const sc[4],
+                                             const float *z, int G, float out[4]) {
+    const __m512 lut = _mm512_loadu_ps(neural_lut2);
+    const uint8_t *c0 = codes[0], *c1 = codes[1], *c2 = codes[2], *c3 = codes[3];
+    const uint8_t *s0 = sc[0], *s1 = sc[1], *s2 = sc[2], *s3 = sc[3];
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int g = 0; g < G; g++) {
+        if ((g & 3) == 0) {
+            _mm_prefetch((const char *)(c0 + 16 * g + NEURAL_PF_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c1 + 16 * g + NEURAL_PF_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c2 + 16 * g + NEURAL_PF_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c3 + 16 * g + NEURAL_PF_AHEAD), _MM_HINT_T0);
+        }
+        const __m512 ze = _mm512_loadu_ps(z + 32 * g), zo = _mm512_loadu_ps(z + 32 * g + 16);
+        AVX512_ROW(c0, s0, a0);
+        AVX512_ROW(c1, s1, a1);
+        AVX512_ROW(c2, s2, a2);
+        AVX512_ROW(c3, s3, a3);
+    }
+    out[0] = hsum16_avx512(a0);
+    out[1] = hsum16_avx512(a1);
+    out[2] = hsum16_avx512(a2);
+    out[3] = hsum16_avx512(a3);
+}
+
+NEURAL_TARGET_AVX512 static void dotdec4_avx512(const float *dec, const float *scf, const float *const z[4],
+                                                int G, float out[4]) {
+    const float *z0 = z[0], *z1 = z[1], *z2 = z[2], *z3 = z[3];
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int g = 0; g < G; g++) {
+        const __m512 lo = _mm512_loadu_ps(dec + 32 * g), hi = _mm512_loadu_ps(dec + 32 * g + 16);
+        const __m512 S = _mm512_set1_ps(scf[g]);
+        const size_t o = 32 * (size_t)g;
+        a0 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z0 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z0 + o))), S, a0);
+        a1 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z1 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z1 + o))), S, a1);
+        a2 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z2 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z2 + o))), S, a2);
+        a3 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z3 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z3 + o))), S, a3);
+    }
+    out[0] = hsum16_avx512(a0);
+    out[1] = hsum16_avx512(a1);
+    out[2] = hsum16_avx512(a2);
+    out[3] = hsum16_avx512(a3);
+}
+
+NEURAL_TARGET_AVX512 static uint64_t read_avx512(const uint8_t *p, size_t n) {
+    __m512i x0 = _mm512_setzero_si512(), x1 = x0, x2 = x0, x3 = x0;
+    size_t i = 0;
+    for (; i + 256 <= n; i += 256) {
+        x0 = _mm512_xor_si512(x0, _mm512_loadu_si512((const void *)(p + i)));
+        x1 = _mm512_xor_si512(x1, _mm512_loadu_si512((const void *)(p + i + 64)));
+        x2 = _mm512_xor_si512(x2, _mm512_loadu_si512((const void *)(p + i + 128)));
+        x3 = _mm512_xor_si512(x3, _mm512_loadu_si512((const void *)(p + i + 192)));
+    }
+    x0 = _mm512_xor_si512(_mm512_xor_si512(x0, x1), _mm512_xor_si512(x2, x3));
+    uint64_t lanes[8];
+    _mm512_storeu_si512((void *)lanes, x0);
+    uint64_t s = 0;
+    for (int l = 0; l < 8; l++) s ^= lanes[l];
+    return s ^ read_scalar(p + i, n - i);
+}
+
+const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, dotdec4_avx512, read_avx512};
+#endif
