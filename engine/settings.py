@@ -29,6 +29,10 @@ class EngineSettings:
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
     prompt_block: int = 4096
+    # RAM residency of the expert store (engine/residency)
+    ram_budget_gib: float = 0.0  # RAM for store pages; 0 = auto (what is free minus headroom)
+    warmup: bool = True  # read the store into RAM in the background after load
+    mlock_gib: float = 0.0  # lock this much of the hottest store in RAM (Linux mlock; Windows soft minimum)
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> SettingsError:
@@ -60,6 +64,14 @@ class EngineSettings:
             raise bad("prompt_block", "must be between 16 and 16384")
         if self.kv_ring < 0:
             raise bad("kv_ring", "must be >= 0")
+        if not 0 <= self.ram_budget_gib <= 65536:
+            raise bad("ram_budget_gib", "must be between 0 (auto) and 65536 GiB")
+        if not isinstance(self.warmup, bool):
+            raise bad("warmup", "must be true or false")
+        if not 0 <= self.mlock_gib <= 65536:
+            raise bad("mlock_gib", "must be between 0 (off) and 65536 GiB")
+        if self.ram_budget_gib and self.mlock_gib > self.ram_budget_gib:
+            raise bad("mlock_gib", f"must not exceed the RAM budget ({self.ram_budget_gib} GiB)")
 
     def threads(self) -> int:
         if self.cpu_threads:
