@@ -42,7 +42,8 @@ class LiveServer:
         return f"http://127.0.0.1:{self.server.port}"
 
     def client(self, api_key: str = "unused", **kw: Any) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=30.0, **kw)
+        kw.setdefault("timeout", 30.0)
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, **kw)
 
     def close(self) -> None:
         self.call(self.server.stop())
