@@ -11,6 +11,9 @@ MODULES: list[str] = [
     "app.cli.cmd_logits",
     "app.cli.cmd_synth",
     "app.cli.cmd_serve",
+    "app.cli.cmd_doctor",
+    "app.cli.cmd_selftest",
+    "app.cli.cmd_gui",
 ]
 
 

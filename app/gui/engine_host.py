@@ -130,9 +130,13 @@ class LocalEngineHost(QObject):
 
     def _loaded(self, engine: Engine) -> None:
         self.engine = engine
-        note = f" — {engine.info.note}" if engine.info.note else ""
-        self._set_state(READY, f"{engine.info.name} ready ({engine.telemetry().backend}){note}")
+        self._set_state(READY, self.describe(engine))
         self.engineLoaded.emit(engine)
+
+    @staticmethod
+    def describe(engine: Engine) -> str:
+        note = f" — {engine.info.note}" if engine.info.note else ""
+        return f"{engine.info.name} on {engine.telemetry().backend}{note}"
 
     def _load_failed(self, message: str, tb: str) -> None:
         log.error("engine load failed: %s\n%s", message, tb)
@@ -197,15 +201,14 @@ class LocalEngineHost(QObject):
         run.succeeded.connect(lambda _d: self._generation_ended(conversation_id, eng))
         run.failed.connect(lambda m, _tb: self._set_state(ERROR, f"Generation failed: {m}", how_to_fix(m)))
         self._run = run
-        self._set_state(GENERATING, "Generating…")
+        self._set_state(GENERATING, f"{eng.info.name} on {eng.telemetry().backend}")
         run.start()
         return run
 
     def _generation_ended(self, conversation_id: str, eng: Engine) -> None:
         self._owner, self._owner_ids = conversation_id, eng.cached_ids
         if self.engine is eng:
-            note = f" — {eng.info.note}" if eng.info.note else ""
-            self._set_state(READY, f"{eng.info.name} ready ({eng.telemetry().backend}){note}")
+            self._set_state(READY, self.describe(eng))
 
     def stop(self) -> None:
         if self._run is not None:

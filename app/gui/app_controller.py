@@ -1,0 +1,317 @@
+"""Wires the main window to storage, the engine host, the API switch, preferences and themes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from app.gui.api_switch import ApiSwitch
+from app.gui.chat_controller import ChatController, Run
+from app.gui.conversation_store import ConversationStore
+from app.gui.demo_model import bundled_demo_dir, ensure_demo_model, is_demo
+from app.gui.engine_host import ERROR, GENERATING, LOADING, NO_MODEL, READY, LocalEngineHost
+from app.gui.estimate import cuda_present, estimate
+from app.gui.paths import AppPaths
+from app.gui.remote_backend import RemoteBackend
+from app.gui.remote_run import RemoteRun
+from app.gui.settings import GuiSettings, save_settings
+from app.gui.tasks import BackgroundTask
+from engine.types import Conversation, GenerationParams
+from ui import theme as themes
+from ui.api_panel import ApiPanelValues
+from ui.first_run_dialog import DEMO, FOLDER, FirstRunDialog
+from ui.main_window import MainWindow
+from ui.preferences_dialog import PreferencesDialog, PreferencesValues
+from ui.qt import QApplication, QDesktopServices, QFileDialog, QGuiApplication, QObject, QTimer, QUrl
+
+log = logging.getLogger(__name__)
+
+TELEMETRY_MS = 250  # four snapshots a second: smooth enough, and each is a cheap copy
+
+
+class AppController(QObject):
+    def __init__(self, paths: AppPaths, settings: GuiSettings, store: ConversationStore | None = None,
+                 window: MainWindow | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.paths = paths.ensure()
+        self.settings = settings
+        self.store = store or ConversationStore(paths.database)
+        self.theme = themes.resolve(settings.theme)
+        api = settings.api
+        self.window = window or MainWindow(self.theme, ApiPanelValues(api.enabled, api.port, api.api_key,
+                                                                      api.cors_origins))
+        self.host = LocalEngineHost(paths.states_dir, self)
+        self.api = ApiSwitch(self)
+        self.prefs_dialog: PreferencesDialog | None = None
+        w = self.window
+        self.chat = ChatController(self.store, w.chat, w.sidebar, self._start_run, self._params,
+                                   forget_state=self.host.forget_state, default_effort=settings.reasoning_effort,
+                                   parent=self)
+        self.chat.can_generate = self._can_generate
+        self.chat.generationFinished.connect(self._generation_finished)
+        self.chat.generationStarted.connect(lambda _cid: (self._poll(), self._host_state(self.host.state,
+                                                                                         self.host.detail)))
+        w.chat.effortChanged.connect(self._remember_effort)
+
+        self.host.stateChanged.connect(self._host_state)
+        self.host.loadProgress.connect(w.engine_status.set_progress)
+        self.host.engineLoaded.connect(self.api.set_engine)
+        self.host.engineLoaded.connect(lambda _e: self._update_backend_label())
+
+        w.newChatRequested.connect(self.chat.new_conversation)
+        w.stopRequested.connect(self.chat.stop)
+        w.preferencesRequested.connect(self.open_preferences)
+        w.exportRequested.connect(self.export_current)
+        w.openLogsRequested.connect(lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(paths.log_dir))))
+        w.sidebar.exportRequested.connect(self.export_dialog)
+        w.api_panel.toggled.connect(self._api_toggled)
+        self.api.statusChanged.connect(w.api_panel.set_status)
+        self.api.runningChanged.connect(w.api_panel.set_switch)
+        w.closing.connect(self.shutdown)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(TELEMETRY_MS)
+        self.timer.timeout.connect(self._poll)
+        self.timer.start()
+        hints = QGuiApplication.styleHints()
+        hints.colorSchemeChanged.connect(lambda _s: self._follow_system_theme())
+        self._closed = False
+        self.api_task: asyncio.Future[Any] | None = None
+
+    # ---- startup --------------------------------------------------------------------------
+    def start(self, model_dir: str | None = None, first_run_dialog: bool = True) -> None:
+        """Show the newest conversation and load the model (or run the first-run flow)."""
+        self.chat.refresh_list()
+        newest = self.store.list_conversations()
+        if newest:
+            self.chat.open_conversation(newest[0].id)
+        else:
+            self.chat.new_conversation()
+        if model_dir:
+            self.settings.model_dir = str(model_dir)
+        self._update_backend_label()
+        if self.settings.model_dir:
+            self.load_model(self.settings.model_dir)
+        elif not self.settings.remote.enabled:
+            self._first_run(first_run_dialog)
+        self._host_state(self.host.state, self.host.detail)
+        if self.settings.api.enabled:
+            a = self.settings.api
+            self.window.api_panel.set_switch(True)
+            self._api_toggled(ApiPanelValues(True, a.port, a.api_key, a.cors_origins))
+
+    def _first_run(self, ask: bool) -> None:
+        """No model configured: start on the demo model at once, and offer a real folder."""
+        self.use_demo_model()
+        if not ask or self.settings.first_run_done:
+            return
+        self.settings.first_run_done = True
+        self.save()
+
+        def show() -> None:
+            dlg = FirstRunDialog(self.window)
+            if dlg.exec() and dlg.choice == FOLDER and dlg.folder:
+                self.settings.model_dir = dlg.folder
+                self.save()
+                self.load_model(dlg.folder)
+            elif dlg.choice == DEMO:
+                pass  # already loading
+
+        QTimer.singleShot(0, show)
+
+    def use_demo_model(self) -> None:
+        bundled = bundled_demo_dir()
+        if bundled is not None:
+            self.load_model(bundled)
+            return
+        self.window.engine_status.set_state(LOADING, "Preparing the demo model…")
+        task = BackgroundTask(lambda report: ensure_demo_model(self.paths.data_dir,
+                                                               lambda ph, f: report((ph, f))), "demo-model", self)
+        task.progress.connect(lambda pf: self.window.engine_status.set_progress(*pf))
+        task.succeeded.connect(lambda p: self.load_model(p))
+        task.failed.connect(lambda m, _tb: self.window.engine_status.set_state(
+            ERROR, f"Could not write the demo model: {m}", "Choose a model folder in Preferences."))
+        task.start()
+
+    def load_model(self, model_dir: str | Path) -> BackgroundTask:
+        return self.host.load(model_dir, self.settings.engine_settings())
+
+    # ---- generation -----------------------------------------------------------------------
+    def _params(self) -> GenerationParams:
+        s = self.settings
+        return GenerationParams(max_tokens=max(1, s.max_tokens), temperature=max(0.0, s.temperature))
+
+    def _start_run(self, cid: str, conv: Conversation, params: GenerationParams) -> Run:
+        if self.settings.remote.enabled:
+            r = self.settings.remote
+            run = RemoteRun(RemoteBackend(r.base_url, r.api_key, r.model), conv, params, self)
+            self.chat.backend_name = f"remote {r.base_url}"
+            return run.start()
+        eng = self.host.engine
+        self.chat.backend_name = eng.telemetry().backend if eng is not None else ""
+        return self.host.generate(cid, conv, params)
+
+    def _can_generate(self) -> tuple[bool, str]:
+        if self.settings.remote.enabled:
+            return True, ""
+        st = self.host.state
+        if st == READY:
+            return True, ""
+        if st == LOADING:
+            return False, "The model is loading — you can send once it is ready."
+        if st == ERROR:
+            return False, f"{self.host.detail} {self.host.fix}"
+        if st == GENERATING:
+            return False, "Still answering (the API server may be using the engine)."
+        return False, "No model loaded: open Preferences to choose one, or use the demo model."
+
+    def _generation_finished(self, done: object) -> None:
+        from engine.types import Done
+
+        if isinstance(done, Done):
+            self.window.residency.set_last_usage(done.usage)
+        self._poll()
+        self._host_state(self.host.state, self.host.detail)
+
+    def _remember_effort(self, effort: str) -> None:
+        self.settings.reasoning_effort = effort
+        self.save()
+
+    # ---- state display --------------------------------------------------------------------
+    def _host_state(self, state: str, detail: str) -> None:
+        if self.settings.remote.enabled:
+            self.window.engine_status.set_state("remote", f"chats go to {self.settings.remote.base_url}")
+        else:
+            self.window.engine_status.set_state(state, detail, self.host.fix if state == ERROR else "")
+        ok, why = self._can_generate()
+        if self.chat.generating:  # our own answer: the Stop button says it all
+            ok, why = True, ""
+        self.window.chat.set_can_send(ok, "" if ok else why)
+
+    def _update_backend_label(self) -> None:
+        if self.settings.remote.enabled:
+            text = f"Remote: {self.settings.remote.base_url}"
+        elif self.host.engine is not None:
+            info = self.host.engine.info
+            text = f"{info.name} · random weights (demo)" if info.note else info.name
+        else:
+            text = ""
+        self.window.chat.backend_label.setText(text)
+
+    def _poll(self) -> None:
+        if self._closed:
+            return
+        t = self.host.telemetry()
+        self.window.residency.update_telemetry(t, generating=self.chat.generating)
+
+    # ---- preferences ----------------------------------------------------------------------
+    def preferences_values(self) -> PreferencesValues:
+        s = self.settings
+        return PreferencesValues(model_dir=s.model_dir or (str(self.host.engine.info.model_dir)
+                                                           if self.host.engine is not None else ""),
+                                 engine=s.engine_settings(), preset=s.preset, theme=s.theme, max_tokens=s.max_tokens,
+                                 temperature=s.temperature, remote_enabled=s.remote.enabled,
+                                 remote_url=s.remote.base_url, remote_key=s.remote.api_key,
+                                 remote_model=s.remote.model)
+
+    def open_preferences(self, modal: bool = True) -> PreferencesDialog:
+        gpu = cuda_present()
+        dlg = PreferencesDialog(self.preferences_values(), lambda cfg, s: estimate(cfg, s, gpu), bundled_demo_dir(),
+                                self.window)
+        dlg.applied.connect(self.apply_preferences)
+        self.prefs_dialog = dlg
+        if modal:
+            dlg.exec()
+        else:
+            dlg.show()
+        return dlg
+
+    def apply_preferences(self, v: PreferencesValues) -> bool:
+        """Save the values; restart the engine when the model or engine settings changed."""
+        s = self.settings
+        old_engine, old_dir = s.engine_settings(), s.model_dir
+        loaded_dir = str(self.host.engine.info.model_dir) if self.host.engine is not None else ""
+        s.model_dir = v.model_dir
+        s.set_engine_settings(v.engine)
+        s.preset, s.max_tokens, s.temperature = v.preset, v.max_tokens, v.temperature
+        theme_changed = s.theme != v.theme
+        s.theme = v.theme
+        s.remote.enabled, s.remote.base_url, s.remote.api_key, s.remote.model = (
+            v.remote_enabled, v.remote_url, v.remote_key, v.remote_model)
+        self.save()
+        if theme_changed:
+            self.apply_theme()
+        restart = bool(v.model_dir) and (v.engine != old_engine or v.model_dir != old_dir
+                                         or Path(v.model_dir).resolve() != Path(loaded_dir or ".").resolve()
+                                         or self.host.state in (ERROR, NO_MODEL))
+        if restart:
+            self.load_model(v.model_dir)
+        self._update_backend_label()
+        self._host_state(self.host.state, self.host.detail)
+        return restart
+
+    def apply_theme(self) -> None:
+        self.theme = themes.resolve(self.settings.theme)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            themes.apply(app, self.theme)
+        self.window.set_theme(self.theme)
+        self.chat.render_thread()
+
+    def _follow_system_theme(self) -> None:
+        if self.settings.theme == "system":
+            self.apply_theme()
+
+    # ---- export ---------------------------------------------------------------------------
+    def export_current(self) -> None:
+        if self.chat.current_id is not None:
+            self.export_dialog(self.chat.current_id)
+
+    def export_dialog(self, cid: str) -> None:
+        title = self.store.conversation(cid).title
+        safe = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).strip() or "conversation"
+        path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", str(Path.home() / f"{safe}.md"),
+                                              "Markdown (*.md)")
+        if path:
+            Path(path).write_text(self.chat.export_markdown(cid), encoding="utf-8")
+            self.window.statusBar().showMessage(f"Exported to {path}", 5000)
+
+    # ---- API switch -----------------------------------------------------------------------
+    def _api_toggled(self, v: ApiPanelValues) -> None:
+        a = self.settings.api
+        a.enabled, a.port, a.api_key, a.cors_origins = v.enabled, v.port, v.api_key, v.cors_origins
+        self.save()
+        self.api.set_engine(self.host.engine)
+        if v.enabled:
+            self.window.api_panel.set_status("Starting…")
+            self.api_task = asyncio.ensure_future(self.api.start(v.port, v.api_key, a.origins(), a.host))
+        else:
+            self.api_task = asyncio.ensure_future(self.api.stop())
+
+    # ---- persistence & shutdown -----------------------------------------------------------
+    def save(self) -> None:
+        try:
+            save_settings(self.paths.settings_file, self.settings)
+        except OSError as exc:
+            log.warning("could not save settings: %s", exc)
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.timer.stop()
+        self.chat.stop()
+        self.host.shutdown()
+        self.store.close()
+
+    async def aclose(self) -> None:
+        """Shutdown, then stop the API server (needs the event loop, so it is awaited)."""
+        self.shutdown()
+        if self.api_task is not None and not self.api_task.done():
+            await asyncio.wait([self.api_task], timeout=10)
+        await self.api.stop()
+
+    def is_demo_model(self) -> bool:
+        return bool(self.settings.model_dir) and is_demo(self.settings.model_dir)

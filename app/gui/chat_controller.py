@@ -1,0 +1,348 @@
+"""Conversations, sending, streaming, stop, regenerate, edit-and-resend and branches.
+
+The store is the source of truth: every user message and every answer is a node in the
+conversation's message tree; the view shows the path to the remembered leaf. A generation
+streams into one message widget (only that widget re-renders) and is written to the store
+once, when it ends (also when stopped).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.gui.conversation_store import ConversationStore
+from app.gui.engine_host import StateNote, how_to_fix
+from app.gui.export import conversation_markdown
+from app.gui.message_tree import MessageTree, StoredMessage
+from engine.types import Conversation, Done, GenerationParams, Progress, TextDelta, ToolCall, ToolCallEvent, Usage
+from ui.chat_view import ChatView
+from ui.conversation_list import ConversationItem, ConversationList
+from ui.message_view import MessageViewModel
+from ui.qt import QObject, Signal
+
+log = logging.getLogger(__name__)
+
+TITLE_CHARS = 48
+
+
+class Run(Protocol):
+    """A running generation (local BackgroundTask or RemoteRun): signals plus cancel()."""
+
+    progress: Any
+    succeeded: Any
+    failed: Any
+
+    def cancel(self) -> None: ...
+
+
+# (conversation id, conversation, params) -> a started run
+StartFn = Callable[[str, Conversation, GenerationParams], Run]
+
+
+@dataclass
+class _Stream:
+    conversation_id: str
+    message_id: str
+    run: Run
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    note: str = ""
+    stopped: bool = False
+    deltas: int = 0  # text pieces received (about one per token for the local engine)
+
+
+def make_title(text: str) -> str:
+    """A short sidebar title from the first message: prose before any code, no markdown marks."""
+    prose = text.split("```", 1)[0]
+    for ch in "`*_#>[]":
+        prose = prose.replace(ch, "")
+    words = " ".join(prose.split())
+    if not words:
+        words = " ".join(text.split())
+    if len(words) <= TITLE_CHARS:
+        return words or "New chat"
+    cut = words[:TITLE_CHARS].rsplit(" ", 1)[0]
+    return (cut if len(cut) > TITLE_CHARS // 2 else words[:TITLE_CHARS]).rstrip(" ,.;:") + "…"
+
+
+def footer_for(meta: dict[str, Any]) -> str:
+    u = meta.get("usage")
+    if not u:
+        return ""
+    completion, dec_s = int(u.get("completion_tokens", 0)), float(u.get("decode_seconds", 0.0))
+    tps = max(completion - 1, 0) / dec_s if dec_s > 0 else 0.0
+    parts = [f"{completion} tokens", f"{tps:.1f} tok/s"]
+    prompt, cached = int(u.get("prompt_tokens", 0)), int(u.get("cached_tokens", 0))
+    if prompt:
+        parts.append(f"prompt {prompt} ({cached} reused)")
+    finish = meta.get("finish_reason")
+    if finish == "cancelled":
+        parts.append("stopped")
+    elif finish == "length":
+        parts.append("hit the token limit")
+    if meta.get("backend"):
+        parts.append(str(meta["backend"]))
+    return " · ".join(parts)
+
+
+class ChatController(QObject):
+    generationStarted = Signal(str)  # conversation id
+    generationFinished = Signal(object)  # Done
+    conversationChanged = Signal(str)
+
+    def __init__(self, store: ConversationStore, chat: ChatView, sidebar: ConversationList,
+                 start_run: StartFn, params: Callable[[], GenerationParams],
+                 forget_state: Callable[[str], None] = lambda _cid: None,
+                 default_effort: str = "medium", parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.store, self.chat, self.sidebar = store, chat, sidebar
+        self._start_run = start_run
+        self._params = params
+        self._forget_state = forget_state
+        self.default_effort = default_effort
+        self.current_id: str | None = None
+        self.stream: _Stream | None = None
+        self.last_done: Done | None = None
+        self.search_text = ""
+        self.backend_name = ""  # recorded in each answer's metadata
+        self.can_generate: Callable[[], tuple[bool, str]] = lambda: (True, "")
+
+        chat.sendRequested.connect(self.send)
+        chat.stopRequested.connect(self.stop)
+        chat.regenerateRequested.connect(self.regenerate)
+        chat.editRequested.connect(self.begin_edit)
+        chat.branchRequested.connect(self.switch_branch)
+        chat.effortChanged.connect(self.set_effort)
+        sidebar.newRequested.connect(self.new_conversation)
+        sidebar.selected.connect(self.open_conversation)
+        sidebar.renameRequested.connect(self.rename)
+        sidebar.deleteRequested.connect(self.delete)
+        sidebar.searchChanged.connect(self.search)
+
+    # ---- conversation list --------------------------------------------------------------
+    def refresh_list(self) -> None:
+        items = [ConversationItem(c.id, c.title) for c in self.store.list_conversations(self.search_text)]
+        self.sidebar.set_items(items, self.current_id)
+
+    def search(self, text: str) -> None:
+        self.search_text = text
+        self.refresh_list()
+
+    def new_conversation(self) -> None:
+        """An empty chat; it is stored when the first message is sent."""
+        self.chat.cancel_edit()
+        self.current_id = None
+        self.chat.set_title("New chat")
+        self.chat.set_effort(self.default_effort)
+        self.chat.set_messages([])
+        self.refresh_list()
+        self.chat.composer.setFocus()
+
+    def open_conversation(self, cid: str) -> None:
+        if cid == self.current_id:
+            return
+        self.chat.cancel_edit()
+        self.current_id = cid
+        rec = self.store.conversation(cid)
+        self.chat.set_title(rec.title)
+        self.chat.set_effort(rec.reasoning_effort)
+        self.render_thread()
+        self.refresh_list()
+        self.conversationChanged.emit(cid)
+
+    def rename(self, cid: str, title: str) -> None:
+        self.store.rename(cid, title)
+        if cid == self.current_id:
+            self.chat.set_title(self.store.conversation(cid).title)
+        self.refresh_list()
+
+    def delete(self, cid: str) -> None:
+        if self.stream is not None and self.stream.conversation_id == cid:
+            self.stop()
+        self.store.delete(cid)
+        self._forget_state(cid)
+        if cid == self.current_id:
+            self.new_conversation()
+        else:
+            self.refresh_list()
+
+    def export_markdown(self, cid: str | None = None) -> str:
+        cid = cid or self.current_id
+        if cid is None:
+            return ""
+        return conversation_markdown(self.store.conversation(cid).title, self.store.thread(cid), self.backend_name)
+
+    def set_effort(self, effort: str) -> None:
+        self.default_effort = effort
+        if self.current_id is not None:
+            self.store.set_reasoning_effort(self.current_id, effort)
+
+    # ---- view -----------------------------------------------------------------------------
+    def _vm(self, m: StoredMessage, tree: MessageTree) -> MessageViewModel:
+        b = tree.branch_info(m.id)
+        streaming = self.stream is not None and self.stream.message_id == m.id
+        vm = MessageViewModel(id=m.id, role=m.role, content=m.content, reasoning=m.reasoning or "",
+                              tool_calls=m.tool_calls, branch_index=b.index, branch_count=b.count,
+                              footer=footer_for(m.meta), note=str(m.meta.get("note", "")),
+                              error=str(m.meta.get("error", "")), streaming=streaming)
+        if streaming and self.stream is not None:
+            vm.content, vm.reasoning = self.stream.content, self.stream.reasoning
+            vm.tool_calls, vm.note = tuple(self.stream.tool_calls), self.stream.note
+        return vm
+
+    def render_thread(self) -> None:
+        if self.current_id is None:
+            self.chat.set_messages([])
+            return
+        tree = self.store.tree(self.current_id)
+        path = tree.path_to(self.store.conversation(self.current_id).leaf_id)
+        self.chat.set_messages([self._vm(m, tree) for m in path])
+
+    # ---- sending --------------------------------------------------------------------------
+    @property
+    def generating(self) -> bool:
+        return self.stream is not None
+
+    def send(self, text: str) -> bool:
+        text = text.strip()
+        if not text or self.generating:
+            return False
+        ok, why = self.can_generate()
+        if not ok:
+            self.chat.set_can_send(False, why)
+            return False
+        if self.current_id is None:
+            title = make_title(text)
+            self.current_id = self.store.create_conversation(title, reasoning_effort=self.default_effort)
+            self.chat.set_title(title)
+        cid = self.current_id
+        if self.chat.editing_id is not None:
+            parent = self.store.tree(cid).by_id[self.chat.editing_id].parent_id
+            self.chat.end_edit()
+        else:
+            thread = self.store.thread(cid)
+            parent = thread[-1].id if thread else None
+        user = self.store.add_message(cid, parent, "user", text)
+        self.chat.clear_composer()
+        self.refresh_list()
+        return self._answer(cid, user.id)
+
+    def regenerate(self, assistant_id: str) -> bool:
+        if self.generating or self.current_id is None:
+            return False
+        m = self.store.tree(self.current_id).by_id.get(assistant_id)
+        if m is None or m.parent_id is None:
+            return False
+        return self._answer(self.current_id, m.parent_id)
+
+    def begin_edit(self, user_id: str) -> None:
+        if self.generating or self.current_id is None:
+            return
+        m = self.store.tree(self.current_id).by_id.get(user_id)
+        if m is not None:
+            self.chat.begin_edit(user_id, m.content)
+
+    def switch_branch(self, msg_id: str, delta: int) -> None:
+        if self.generating or self.current_id is None:
+            return
+        tree = self.store.tree(self.current_id)
+        if msg_id not in tree.by_id:
+            return
+        self.store.set_leaf(self.current_id, tree.switched_leaf(msg_id, delta))
+        self.render_thread()
+
+    def _answer(self, cid: str, parent_id: str) -> bool:
+        """Start an assistant answer as a new child of ``parent_id`` (a new branch if it has one)."""
+        tree = self.store.tree(cid)
+        history = tree.path_to(parent_id)
+        rec = self.store.conversation(cid)
+        conv = Conversation(messages=tuple(m.to_engine() for m in history),
+                            reasoning_effort=rec.reasoning_effort)  # type: ignore[arg-type]
+        try:
+            params = self._params()
+            answer = self.store.add_message(cid, parent_id, "assistant", "", meta={"pending": True})
+            run = self._start_run(cid, conv, params)
+        except Exception as exc:
+            log.exception("could not start a generation")
+            self.chat.set_can_send(True, f"Could not start: {exc}. {how_to_fix(str(exc), exc)}")
+            return False
+        self.stream = _Stream(cid, answer.id, run)
+        run.progress.connect(self._on_event)
+        run.succeeded.connect(self._on_done)
+        run.failed.connect(self._on_failed)
+        self.chat.set_generating(True)
+        if cid == self.current_id:
+            self.render_thread()
+        self.generationStarted.emit(cid)
+        return True
+
+    def stop(self) -> None:
+        if self.stream is not None:
+            self.stream.stopped = True
+            self.stream.run.cancel()
+
+    # ---- streaming ------------------------------------------------------------------------
+    def _on_event(self, ev: object) -> None:
+        s = self.stream
+        if s is None:
+            return
+        if isinstance(ev, TextDelta):
+            s.deltas += 1
+            if ev.channel == "analysis":
+                s.reasoning += ev.text
+            else:  # final, and commentary preambles meant for the user
+                s.content += ev.text
+        elif isinstance(ev, ToolCallEvent):
+            s.tool_calls.append(ev.call)
+        elif isinstance(ev, StateNote):
+            s.note = ev.text()
+        elif isinstance(ev, Progress):
+            if ev.total > 0 and ev.done < ev.total:
+                s.note = f"Processing the prompt: {ev.done}/{ev.total} tokens…"
+            elif s.note.startswith("Processing the prompt"):
+                s.note = ""
+        w = self.chat.widget_for(s.message_id)
+        if w is not None:
+            if isinstance(ev, StateNote | Progress):
+                w.vm.note = s.note
+            w.vm.footer = f"Generating… {s.deltas} tokens so far · Esc stops" if s.deltas else "Processing the prompt…"
+            w.set_stream(s.content, s.reasoning, tuple(s.tool_calls))
+
+    def _on_done(self, done: Done) -> None:
+        s = self.stream
+        if s is None:
+            return
+        self.stream = None
+        u = done.usage
+        meta: dict[str, Any] = {
+            "finish_reason": done.finish_reason,
+            "usage": {"prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
+                      "completion_tokens": u.completion_tokens, "prompt_seconds": u.prompt_seconds,
+                      "decode_seconds": u.decode_seconds},
+            "backend": self.backend_name,
+        }
+        note = s.note
+        if done.finish_reason == "cancelled" and not (s.content or s.reasoning):
+            note = (note + " " if note else "") + "Stopped before any text was generated."
+        if note:
+            meta["note"] = note
+        if done.error:
+            meta["error"] = f"Generation failed: {done.error}. {how_to_fix(done.error)}"
+        self.store.update_message(s.message_id, content=s.content, reasoning=s.reasoning or None,
+                                  tool_calls=tuple(s.tool_calls), meta=meta)
+        self.last_done = done
+        self.chat.set_generating(False)
+        if s.conversation_id == self.current_id:
+            self.render_thread()
+        self.refresh_list()
+        self.generationFinished.emit(done)
+
+    def _on_failed(self, message: str, _tb: str) -> None:
+        s = self.stream
+        if s is None:
+            return
+        self._on_done(Done("error", Usage(), error=message))

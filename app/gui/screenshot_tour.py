@@ -1,0 +1,91 @@
+"""A scripted tour of the running app that saves screenshots (``neural gui --screenshot-dir``).
+
+It drives the real window through the same controller methods the widgets call: a chat with
+code streamed from the loaded model, the residency panel mid-generation, the preferences
+dialog, and the main window in the dark theme.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.gui.engine_host import ERROR, READY
+from ui.qt import QApplication, QWidget
+
+if TYPE_CHECKING:
+    from app.gui.app_controller import AppController
+
+log = logging.getLogger(__name__)
+
+SAMPLE = """Can you review this function? It should accept `2024-02-30` as invalid.
+
+```python
+from datetime import date
+
+def parse_iso(text: str) -> date:
+    year, month, day = (int(part) for part in text.split("-"))
+    return date(year, month, day)  # raises ValueError for 2024-02-30
+```"""
+
+
+async def wait_until(cond: Callable[[], object], timeout: float, what: str) -> bool:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            log.warning("screenshot tour: gave up waiting for %s", what)
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def save(widget: QWidget, path: Path) -> Path:
+    QApplication.processEvents()
+    pix = widget.grab()
+    if not pix.save(str(path), "PNG"):
+        raise OSError(f"could not write {path}")
+    log.info("screenshot %s (%dx%d)", path, pix.width(), pix.height())
+    print(f"screenshot: {path} ({pix.width()}x{pix.height()})", flush=True)
+    return path
+
+
+async def run_tour(c: AppController, out: Path, answer_tokens: int = 160) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    shots: list[Path] = []
+    w = c.window
+    w.resize(1440, 900)
+    await wait_until(lambda: c.host.state in (READY, ERROR), 300, "the model to load")
+    c.settings.max_tokens = answer_tokens  # a short answer keeps the tour quick (not saved)
+    c.chat.new_conversation()
+    c.chat.send(SAMPLE)
+    await wait_until(lambda: c.chat.stream is not None and len(c.chat.stream.content) > 40, 120,
+                     "the answer to start streaming")
+    await asyncio.sleep(0.6)  # a few telemetry polls into the decode
+    shots.append(save(w.right_scroll, out / "residency-generating.png"))
+    shots.append(save(w, out / "main-window-streaming.png"))
+    await wait_until(lambda: not c.chat.generating, 300, "the answer to finish")
+    await asyncio.sleep(0.4)
+    shots.append(save(w, out / "main-window.png"))
+
+    dlg = c.open_preferences(modal=False)
+    dlg.adjustSize()
+    await asyncio.sleep(0.4)
+    shots.append(save(dlg, out / "preferences.png"))
+    optimized = dlg.preset.findData("optimized")
+    dlg.preset.setCurrentIndex(optimized)
+    await asyncio.sleep(0.2)
+    shots.append(save(dlg, out / "preferences-optimized.png"))
+    dlg.close()
+
+    previous = c.settings.theme
+    c.settings.theme = "dark"
+    c.apply_theme()
+    await asyncio.sleep(0.4)
+    shots.append(save(w, out / "main-window-dark.png"))
+    c.settings.theme = previous
+    c.apply_theme()
+    return shots

@@ -1,0 +1,33 @@
+"""Run the real desktop app on the demo model and save screenshots (see screenshots.sh).
+
+Uses a throw-away NEURAL_HOME so the user's conversations and settings are untouched, then
+starts ``neural gui --screenshot-dir OUT``, which drives the window through a scripted tour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", default=str(ROOT / "screenshots"), help="folder for the PNGs (git-ignored)")
+    p.add_argument("--model", default=None, help="model folder (default: the bundled demo model)")
+    args = p.parse_args()
+    from app.gui_main import run_app
+
+    with tempfile.TemporaryDirectory(prefix="neural-shots-") as home:
+        code = run_app(model=args.model, screenshot_dir=args.out, home=home)
+    pngs = sorted(Path(args.out).glob("*.png"))
+    print(f"{len(pngs)} screenshots in {args.out}")
+    return code if pngs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

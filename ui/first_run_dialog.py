@@ -1,0 +1,52 @@
+"""First run without a model: offer the demo model, or a folder with gpt-oss-120b / 20b."""
+
+from __future__ import annotations
+
+from ui.qt import QDialog, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+DEMO, FOLDER, LATER = "demo", "folder", "later"
+
+
+class FirstRunDialog(QDialog):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Welcome to Neural")
+        self.setMinimumWidth(560)
+        self.choice = LATER
+        self.folder = ""
+        lay = QVBoxLayout(self)
+        text = QLabel(
+            "<h3>Welcome to Neural</h3>"
+            "<p>Neural runs OpenAI's <b>gpt-oss-120b</b> (or gpt-oss-20b) on this PC: the GPU holds the hottest "
+            "experts, the CPU computes the rest from RAM.</p>"
+            "<p><b>No model is configured yet.</b> You can:</p><ul>"
+            "<li><b>Try the demo model</b> — a tiny model with <i>random weights</i>, bundled with the app. It "
+            "answers with gibberish, but every part of the app works with it.</li>"
+            "<li><b>Choose the folder</b> of a downloaded gpt-oss checkpoint (e.g. "
+            "<code>huggingface-cli download openai/gpt-oss-120b --local-dir gpt-oss-120b</code>, about 61 GB). "
+            "The first load prepares its expert store, with a progress bar.</li></ul>")
+        text.setWordWrap(True)
+        lay.addWidget(text)
+        row = QHBoxLayout()
+        demo = QPushButton("Use the demo model")
+        demo.setObjectName("primary")
+        demo.clicked.connect(self._demo)
+        folder = QPushButton("Choose model folder…")
+        folder.clicked.connect(self._folder)
+        later = QPushButton("Later")
+        later.clicked.connect(self.reject)
+        row.addWidget(demo)
+        row.addWidget(folder)
+        row.addStretch(1)
+        row.addWidget(later)
+        lay.addLayout(row)
+
+    def _demo(self) -> None:
+        self.choice = DEMO
+        self.accept()
+
+    def _folder(self) -> None:
+        d = QFileDialog.getExistingDirectory(self, "Choose a gpt-oss model folder")
+        if d:
+            self.choice, self.folder = FOLDER, d
+            self.accept()

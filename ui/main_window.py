@@ -1,0 +1,116 @@
+"""The main window: conversations | chat | engine panel (residency and API), plus status bar."""
+
+from __future__ import annotations
+
+from ui.api_panel import ApiPanel, ApiPanelValues
+from ui.chat_view import ChatView
+from ui.conversation_list import ConversationList
+from ui.engine_status import EngineStatus
+from ui.markdown_render import MarkdownRenderer
+from ui.qt import (
+    QAction,
+    QCloseEvent,
+    QKeySequence,
+    QMainWindow,
+    QScrollArea,
+    QShortcut,
+    QSplitter,
+    Qt,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+from ui.residency_panel import ResidencyPanel
+from ui.theme import LIGHT, Theme
+
+
+class MainWindow(QMainWindow):
+    closing = Signal()
+    newChatRequested = Signal()
+    stopRequested = Signal()
+    preferencesRequested = Signal()
+    exportRequested = Signal()
+    openLogsRequested = Signal()
+
+    def __init__(self, theme: Theme = LIGHT, api_values: ApiPanelValues | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.theme = theme
+        self.setWindowTitle("Neural")
+        self.resize(1400, 860)
+        self.renderer = MarkdownRenderer(theme)
+
+        self.sidebar = ConversationList()
+        self.chat = ChatView(self.renderer)
+        self.residency = ResidencyPanel(theme)
+        self.api_panel = ApiPanel(api_values or ApiPanelValues(False, 8080, "", ""))
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(4, 8, 8, 8)
+        rl.setSpacing(8)
+        rl.addWidget(self.residency)
+        rl.addWidget(self.api_panel)
+        rl.addStretch(1)
+        self.right_scroll = QScrollArea()
+        self.right_scroll.setWidgetResizable(True)
+        self.right_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.right_scroll.setWidget(right)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.sidebar)
+        self.splitter.addWidget(self.chat)
+        self.splitter.addWidget(self.right_scroll)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setStretchFactor(2, 0)
+        self.splitter.setSizes([250, 790, 360])
+        self.setCentralWidget(self.splitter)
+
+        self.engine_status = EngineStatus(theme)
+        self.statusBar().addWidget(self.engine_status, 1)
+        self.engine_status.fixRequested.connect(self.preferencesRequested.emit)
+        self._build_menu()
+        self.esc_shortcut = QShortcut(QKeySequence("Esc"), self, self._escape)
+
+    def _build_menu(self) -> None:
+        m = self.menuBar().addMenu("&File")
+        self.new_action = QAction("New chat", self, shortcut=QKeySequence("Ctrl+N"))
+        self.new_action.triggered.connect(self.newChatRequested.emit)
+        m.addAction(self.new_action)
+        self.export_action = QAction("Export conversation to Markdown…", self, shortcut=QKeySequence("Ctrl+E"))
+        self.export_action.triggered.connect(self.exportRequested.emit)
+        m.addAction(self.export_action)
+        m.addSeparator()
+        self.prefs_action = QAction("Preferences…", self, shortcut=QKeySequence("Ctrl+,"))
+        self.prefs_action.triggered.connect(self.preferencesRequested.emit)
+        m.addAction(self.prefs_action)
+        m.addSeparator()
+        quit_action = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
+        quit_action.triggered.connect(self.close)
+        m.addAction(quit_action)
+        v = self.menuBar().addMenu("&View")
+        self.panel_action = QAction("Engine panel", self, checkable=True, checked=True)
+        self.panel_action.toggled.connect(self.right_scroll.setVisible)
+        v.addAction(self.panel_action)
+        h = self.menuBar().addMenu("&Help")
+        logs = QAction("Open log folder", self)
+        logs.triggered.connect(self.openLogsRequested.emit)
+        h.addAction(logs)
+
+    def set_theme(self, theme: Theme) -> None:
+        """Colours used by HTML and custom painting (the palette itself is application-wide)."""
+        self.theme = theme
+        self.renderer = MarkdownRenderer(theme)
+        self.chat.renderer = self.renderer
+        self.residency.set_theme(theme)
+        self.engine_status.theme = theme
+
+    def _escape(self) -> None:
+        if self.chat.generating:
+            self.stopRequested.emit()
+        else:
+            self.chat.cancel_edit()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.closing.emit()
+        super().closeEvent(event)

@@ -1,0 +1,353 @@
+"""Preferences: the model folder, every engine setting with a one-line explanation and a live
+estimate of what it gives, presets, the remote backend, appearance and generation defaults.
+
+The dialog validates as the user types (the model folder through ``ModelConfig.load``, the
+engine fields through ``EngineSettings``, the combination through the injected estimator)
+and only enables OK/Apply when everything is valid. It never loads the engine itself: the
+controller decides whether the changes need an engine restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from engine.config import ConfigError, ModelConfig
+from engine.settings import OPTIMIZED, EngineSettings, SettingsError
+from ui.qt import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+
+PRESETS: dict[str, EngineSettings] = {"default": EngineSettings(), "optimized": OPTIMIZED}
+PRESET_TITLES = {"default": "Default", "optimized": "Optimized (design doc: --kv-ring 256 --scratch 6 --pool 6.05)",
+                 "custom": "Custom"}
+
+
+@dataclass
+class PreferencesValues:
+    model_dir: str
+    engine: EngineSettings
+    preset: str
+    theme: str
+    max_tokens: int
+    temperature: float
+    remote_enabled: bool
+    remote_url: str
+    remote_key: str
+    remote_model: str
+
+
+# what the minimum of a field means, shown instead of the number
+SPECIAL_MIN = {"pool_gib": "auto", "static_slots": "auto (half)", "kv_ring": "off", "refresh_every": "frozen",
+               "cpu_threads": "auto"}
+
+# (field, label, explanation, kind, min, max, step/decimals)
+ENGINE_FIELDS: list[tuple[str, str, str, str, float, float, float]] = [
+    ("vram_budget_gib", "VRAM budget (GiB)", "Total GPU memory the engine may use: core, K/V cache and expert pool.",
+     "float", 0.5, 1024, 2),
+    ("pool_gib", "Expert pool (GiB)", "VRAM for expert slots; 0 = whatever the budget leaves after core and K/V.",
+     "float", 0, 1024, 2),
+    ("static_slots", "Static slots", "Slots pinned to the hottest experts, never evicted; -1 = half of the pool.",
+     "int", -1, 100000, 1),
+    ("scratch_slots", "Scratch slots", "Slots that stage non-resident experts for long prompts on the GPU.",
+     "int", 0, 64, 1),
+    ("kv_ring", "K/V ring (tokens)", "Sliding-window layers keep only this many tokens of K/V; 0 = full context.",
+     "int", 0, 131072, 1),
+    ("refresh_every", "Refresh every (tokens)", "How often adaptive slots are re-chosen in decode; 0 freezes them.",
+     "int", 0, 4096, 1),
+    ("refresh_m", "Admissions per refresh (M)", "Experts admitted per refresh; higher adapts faster (answers can "
+     "differ).", "int", 0, 1024, 1),
+    ("prefill_weight", "Prefill weight", "Prompt routing counts as this many generated tokens when choosing slots.",
+     "float", 0, 1024, 1),
+    ("cpu_threads", "CPU threads", "Threads for experts computed on the CPU; 0 = all physical cores up to 8.",
+     "int", 0, 256, 1),
+    ("context", "Context length (tokens)", "Longest conversation the engine holds; the K/V cache grows with it.",
+     "int", 16, 131072, 1),
+]
+
+
+class PreferencesDialog(QDialog):
+    applied = Signal(object)  # PreferencesValues
+
+    def __init__(self, values: PreferencesValues, estimator: Callable[[ModelConfig, EngineSettings], Any],
+                 demo_dir: Path | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Preferences")
+        self.setMinimumWidth(940)
+        self._estimator = estimator
+        self._cfg: ModelConfig | None = None
+        self._initial = values
+        self._setting_preset = False
+        self.errors: list[str] = []
+        lay = QVBoxLayout(self)
+        tabs = QTabWidget()
+        lay.addWidget(tabs, 1)
+
+        # ---- model & engine ----
+        eng = QWidget()
+        form = QFormLayout(eng)
+        form.setVerticalSpacing(2)
+        row = QHBoxLayout()
+        self.model_edit = QLineEdit(values.model_dir)
+        self.model_edit.setPlaceholderText("Folder with config.json, tokenizer.json and *.safetensors")
+        self.model_edit.textChanged.connect(self._revalidate)
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        row.addWidget(self.model_edit, 1)
+        row.addWidget(browse)
+        if demo_dir is not None:
+            demo = QPushButton("Demo model")
+            demo.setToolTip("The bundled tiny model with random weights (for trying the app)")
+            demo.clicked.connect(lambda: self.model_edit.setText(str(demo_dir)))
+            row.addWidget(demo)
+        form.addRow("Model folder", row)
+        self.model_status = QLabel()
+        self.model_status.setWordWrap(True)
+        form.addRow("", self.model_status)
+
+        self.preset = QComboBox()
+        for key in ("default", "optimized", "custom"):
+            self.preset.addItem(PRESET_TITLES[key], key)
+        self.preset.currentIndexChanged.connect(self._preset_chosen)
+        form.addRow("Preset", self.preset)
+        self.backend = QComboBox()
+        for key, title in (("auto", "Auto (GPU if available)"), ("gpu", "GPU hybrid"), ("cpu", "CPU only"),
+                           ("reference", "PyTorch reference (slow, exact)")):
+            self.backend.addItem(title, key)
+        self.backend.currentIndexChanged.connect(self._field_changed)
+        form.addRow("Backend", self.backend)
+        self.fields: dict[str, QSpinBox | QDoubleSpinBox] = {}
+        for name, label, help_text, kind, lo, hi, step in ENGINE_FIELDS:
+            w: QSpinBox | QDoubleSpinBox
+            if kind == "int":
+                w = QSpinBox()
+                w.setRange(int(lo), int(hi))
+            else:
+                w = QDoubleSpinBox()
+                w.setDecimals(int(step))
+                w.setRange(lo, hi)
+                w.setSingleStep(0.05 if step >= 2 else 1.0)
+            w.setObjectName(name)
+            w.setMinimumWidth(130)
+            if name in SPECIAL_MIN:
+                w.setSpecialValueText(SPECIAL_MIN[name])
+            w.valueChanged.connect(self._field_changed)
+            self.fields[name] = w
+            hint = QLabel(help_text)
+            hint.setObjectName("hint")
+            hint.setWordWrap(True)
+            cell = QHBoxLayout()
+            cell.setSpacing(10)
+            cell.addWidget(w)
+            cell.addWidget(hint, 1)
+            form.addRow(label, cell)
+        self.estimate_label = QLabel()
+        self.estimate_label.setWordWrap(True)
+        self.estimate_label.setObjectName("ok")
+        form.addRow("Estimate", self.estimate_label)
+        self.error_label = QLabel()
+        self.error_label.setObjectName("error")
+        self.error_label.setWordWrap(True)
+        form.addRow("", self.error_label)
+        tabs.addTab(eng, "Model && engine")
+
+        # ---- generation & appearance ----
+        gen = QWidget()
+        gform = QFormLayout(gen)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 131072)
+        self.max_tokens.setValue(values.max_tokens)
+        gform.addRow("Max answer tokens", self.max_tokens)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setValue(values.temperature)
+        gform.addRow("Temperature", self.temperature)
+        self.theme = QComboBox()
+        for key, title in (("system", "Follow the system"), ("light", "Light"), ("dark", "Dark")):
+            self.theme.addItem(title, key)
+        self.theme.setCurrentIndex(max(0, self.theme.findData(values.theme)))
+        gform.addRow("Theme", self.theme)
+        tabs.addTab(gen, "Generation && appearance")
+
+        # ---- remote backend ----
+        rem = QWidget()
+        rform = QFormLayout(rem)
+        self.remote_enabled = QCheckBox("Send chats to a remote OpenAI-compatible server instead of the local engine")
+        self.remote_enabled.setChecked(values.remote_enabled)
+        self.remote_enabled.toggled.connect(self._revalidate)
+        rform.addRow(self.remote_enabled)
+        self.remote_url = QLineEdit(values.remote_url)
+        self.remote_url.setPlaceholderText("http://host:8000/v1")
+        self.remote_url.textChanged.connect(self._revalidate)
+        rform.addRow("Base URL", self.remote_url)
+        self.remote_key = QLineEdit(values.remote_key)
+        self.remote_key.setEchoMode(QLineEdit.EchoMode.Password)
+        rform.addRow("API key", self.remote_key)
+        self.remote_model = QLineEdit(values.remote_model)
+        self.remote_model.setPlaceholderText("empty = the server's first model")
+        rform.addRow("Model", self.remote_model)
+        hint = QLabel("For a vLLM or llama-server host, or another Neural, e.g. on a bigger machine.")
+        hint.setObjectName("hint")
+        rform.addRow("", hint)
+        tabs.addTab(rem, "Remote backend")
+
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+                                        | QDialogButtonBox.StandardButton.Apply)
+        self.buttons.accepted.connect(self._ok)
+        self.buttons.rejected.connect(self.reject)
+        self.buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self._apply)
+        lay.addWidget(self.buttons)
+
+        self._load_engine(values.engine)
+        self.preset.setCurrentIndex(max(0, self.preset.findData(values.preset)))
+        self._sync_preset()
+        self._revalidate()
+
+    # ---- values -----------------------------------------------------------------------
+    def _load_engine(self, s: EngineSettings) -> None:
+        self._setting_preset = True
+        try:
+            self.backend.setCurrentIndex(max(0, self.backend.findData(s.backend)))
+            for name, w in self.fields.items():
+                w.setValue(getattr(s, name))
+        finally:
+            self._setting_preset = False
+        self._dtype, self._prompt_block = s.dtype, s.prompt_block
+
+    def engine_settings(self) -> EngineSettings:
+        """Raises SettingsError when a value is out of range."""
+        kw: dict[str, Any] = {name: (int(w.value()) if isinstance(w, QSpinBox) else float(w.value()))
+                              for name, w in self.fields.items()}
+        return EngineSettings(backend=self.backend.currentData(), dtype=self._dtype, prompt_block=self._prompt_block,
+                              **kw)
+
+    def values(self) -> PreferencesValues:
+        return PreferencesValues(
+            model_dir=self.model_edit.text().strip(), engine=self.engine_settings(),
+            preset=str(self.preset.currentData()), theme=str(self.theme.currentData()),
+            max_tokens=self.max_tokens.value(), temperature=self.temperature.value(),
+            remote_enabled=self.remote_enabled.isChecked(), remote_url=self.remote_url.text().strip(),
+            remote_key=self.remote_key.text(), remote_model=self.remote_model.text().strip())
+
+    # ---- presets ----------------------------------------------------------------------
+    def _preset_chosen(self, _i: int) -> None:
+        key = self.preset.currentData()
+        if key in PRESETS and not self._setting_preset:
+            base = PRESETS[key]
+            self._load_engine(replace(base, backend=self.backend.currentData(), cpu_threads=int(
+                self.fields["cpu_threads"].value()), context=int(self.fields["context"].value())))
+            self._revalidate()
+
+    def _sync_preset(self) -> None:
+        """Show "Custom" once a field differs from the chosen preset."""
+        try:
+            cur = self.engine_settings()
+        except SettingsError:
+            return
+        for key, p in PRESETS.items():
+            same = replace(p, backend=cur.backend, cpu_threads=cur.cpu_threads, context=cur.context,
+                           dtype=cur.dtype, prompt_block=cur.prompt_block) == cur
+            if same:
+                if self.preset.currentData() != key and self.preset.currentData() in PRESETS:
+                    return  # two presets can coincide on these fields; keep the user's choice
+                self._select_preset(key)
+                return
+        self._select_preset("custom")
+
+    def _select_preset(self, key: str) -> None:
+        self._setting_preset = True
+        self.preset.setCurrentIndex(self.preset.findData(key))
+        self._setting_preset = False
+
+    def _field_changed(self, *_a: object) -> None:
+        if self._setting_preset:
+            return
+        self._sync_preset()
+        self._revalidate()
+
+    # ---- validation -------------------------------------------------------------------
+    def _browse(self) -> None:
+        d = QFileDialog.getExistingDirectory(self, "Choose a gpt-oss model folder", self.model_edit.text())
+        if d:
+            self.model_edit.setText(d)
+
+    def validate_model_dir(self, text: str) -> tuple[ModelConfig | None, str]:
+        if not text:
+            return None, "Choose the folder of gpt-oss-120b or gpt-oss-20b (or the demo model)."
+        p = Path(text).expanduser()
+        if not p.is_dir():
+            return None, f"{p} is not a folder."
+        try:
+            cfg = ModelConfig.load(p)
+        except ConfigError as exc:
+            return None, str(exc)
+        if not (p / "tokenizer.json").is_file():
+            return None, f"{p}: tokenizer.json is missing."
+        if not any(p.glob("*.safetensors")):
+            return None, f"{p}: no .safetensors weights found."
+        return cfg, ""
+
+    def _revalidate(self, *_a: object) -> None:
+        errors: list[str] = []
+        cfg, why = self.validate_model_dir(self.model_edit.text().strip())
+        self._cfg = cfg
+        if cfg is None:
+            self.model_status.setObjectName("error")
+            self.model_status.setText("✗ " + why)
+            errors.append(why)
+        else:
+            self.model_status.setObjectName("ok")
+            self.model_status.setText(
+                f"✓ gpt-oss checkpoint: {cfg.num_hidden_layers} layers × {cfg.num_local_experts} experts "
+                f"(top-{cfg.num_experts_per_tok}), {cfg.expert_bytes() / 1e6:.2f} MB per expert.")
+        self.model_status.style().polish(self.model_status)
+        try:
+            s = self.engine_settings()
+        except SettingsError as exc:
+            errors.append(str(exc))
+            s = None
+        if s is not None and cfg is not None:
+            est = self._estimator(cfg, s)
+            self.estimate_label.setText(est.summary() + ("\n" + " ".join(est.warnings) if est.warnings else ""))
+            errors.extend(est.errors)
+        elif cfg is None:
+            self.estimate_label.setText("Choose a valid model folder to see the slots and memory these settings give.")
+        if self.remote_enabled.isChecked() and not self.remote_url.text().strip().startswith(("http://", "https://")):
+            errors.append("The remote base URL must start with http:// or https://.")
+        self.errors = errors
+        # A remote backend does not need a local model; local engine errors still block Apply.
+        self.error_label.setText("\n".join(e for e in errors if e != why))
+        ok = not errors or (self.remote_enabled.isChecked() and cfg is None and len(errors) == 1)
+        for b in (QDialogButtonBox.StandardButton.Ok, QDialogButtonBox.StandardButton.Apply):
+            self.buttons.button(b).setEnabled(ok)
+
+    @property
+    def valid(self) -> bool:
+        return self.buttons.button(QDialogButtonBox.StandardButton.Ok).isEnabled()
+
+    def _apply(self) -> None:
+        if self.valid:
+            self.applied.emit(self.values())
+
+    def _ok(self) -> None:
+        if self.valid:
+            self.applied.emit(self.values())
+            self.accept()

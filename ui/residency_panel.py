@@ -1,0 +1,303 @@
+"""Live view of what the engine holds and how fast it runs, fed from ``Engine.telemetry()``.
+
+It shows the engine's own report, never the configuration: a CPU engine has no VRAM slots and
+says so. The controller polls telemetry a few times a second on the GUI thread (the call only
+copies counters) and passes each snapshot to :meth:`ResidencyPanel.update_telemetry`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+
+from engine.types import Telemetry, Usage
+from ui.qt import (
+    QColor,
+    QFrame,
+    QGridLayout,
+    QLabel,
+    QPainter,
+    QPaintEvent,
+    QPen,
+    QPointF,
+    QRectF,
+    QSize,
+    QSizePolicy,
+    Qt,
+    QVBoxLayout,
+    QWidget,
+)
+from ui.theme import LIGHT, Theme
+
+GIB = 1024**3
+
+
+def process_rss_bytes() -> int:
+    """Resident memory of this process (Linux /proc; elsewhere the peak from getrusage)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    except (ImportError, OSError):
+        return 0
+
+
+def fmt_gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / 1024**2:.0f} MiB"
+
+
+def _mix(a: QColor, b: QColor, t: float) -> QColor:
+    t = min(max(t, 0.0), 1.0)
+    return QColor(int(a.red() + (b.red() - a.red()) * t), int(a.green() + (b.green() - a.green()) * t),
+                  int(a.blue() + (b.blue() - a.blue()) * t))
+
+
+class SlotMap(QWidget):
+    """One row per layer, one cell per VRAM expert slot: static, adaptive, free; hits brighten."""
+
+    def __init__(self, theme: Theme = LIGHT, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.theme = theme
+        self.slots: list[tuple[int, int, int]] = []
+        self.hits: list[list[float]] = []
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMinimumHeight(40)
+
+    def set_data(self, slots: list[tuple[int, int, int]], hits: list[list[float]]) -> None:
+        self.slots, self.hits = list(slots), [list(h) for h in hits]
+        rows = max(1, len(self.slots))
+        self.setFixedHeight(min(360, max(40, rows * 7 + 4)))
+        self.update()
+
+    def sizeHint(self) -> QSize:
+        return QSize(260, self.height())
+
+    def _cell_heat(self, layer: int, kind: int, index_in_layer: int, total: int) -> float:
+        """0..1 brightness from recent hits, per slot if the engine reports per-slot counts."""
+        if layer >= len(self.hits):
+            return 0.0
+        h = self.hits[layer]
+        if not h:
+            return 0.0
+        if len(h) == total:  # per-slot counts
+            peak = max(h) or 1.0
+            return h[index_in_layer] / peak
+        if kind < len(h):  # per-kind counts
+            peak = max(h) or 1.0
+            return h[kind] / peak
+        return 0.0
+
+    def paintEvent(self, _e: QPaintEvent) -> None:
+        if not self.slots:
+            return
+        p = QPainter(self)
+        t = self.theme
+        base = [QColor(t.slot_static), QColor(t.slot_adaptive), QColor(t.slot_free)]
+        dim = QColor(t.surface)
+        cols = max(sum(s) for s in self.slots) or 1
+        rows = len(self.slots)
+        w, h = self.width() - 2, self.height() - 2
+        cw, ch = w / cols, h / rows
+        gap = 1.0 if cw > 3 and ch > 3 else 0.0
+        for r, (st, ad, fr) in enumerate(self.slots):
+            total = st + ad + fr
+            col = 0
+            for kind, n in enumerate((st, ad, fr)):
+                for _ in range(n):
+                    color = base[kind]
+                    if kind < 2:  # cold slots are drawn faded; hot ones in full colour
+                        color = _mix(dim, color, 0.35 + 0.65 * self._cell_heat(r, kind, col, total))
+                    p.fillRect(QRectF(1 + col * cw, 1 + r * ch, max(cw - gap, 1.0), max(ch - gap, 1.0)), color)
+                    col += 1
+        p.end()
+
+
+class RatePlot(QWidget):
+    """Prompt and decode tokens/s over the last minute, two lines on a shared scale."""
+
+    def __init__(self, theme: Theme = LIGHT, capacity: int = 240, parent: QWidget | None = None) -> None:
+        # capacity 240 at four samples a second: the last minute of generation.
+        super().__init__(parent)
+        self.theme = theme
+        self.decode: deque[float] = deque(maxlen=capacity)
+        self.prompt: deque[float] = deque(maxlen=capacity)
+        self.setFixedHeight(70)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def add(self, prompt_tps: float, decode_tps: float) -> None:
+        self.prompt.append(max(prompt_tps, 0.0))
+        self.decode.append(max(decode_tps, 0.0))
+        self.update()
+
+    def paintEvent(self, _e: QPaintEvent) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        t = self.theme
+        r = QRectF(0.5, 0.5, self.width() - 1.0, self.height() - 1.0)
+        p.fillRect(r, QColor(t.surface))
+        p.setPen(QPen(QColor(t.border)))
+        p.drawRect(r)
+        top_d = max([*self.decode, 1.0])
+        top_p = max([*self.prompt, 1.0])
+        p.setPen(QColor(t.muted))
+        p.drawText(r.adjusted(4, 2, -4, -2), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop),
+                   f"decode ≤ {top_d:,.1f}   prompt ≤ {top_p:,.0f} tok/s")
+        # The x axis spans the samples present (at least 40), so a short answer fills the plot.
+        span = max(40, len(self.decode), len(self.prompt))
+        plot = r.adjusted(2, 18, -2, -4)
+        # Each series on its own scale: prompt rates are often 20-100x decode rates.
+        for series, top, color, style in ((self.prompt, top_p, t.muted, Qt.PenStyle.DashLine),
+                                          (self.decode, top_d, t.accent, Qt.PenStyle.SolidLine)):
+            if len(series) < 2:
+                continue
+            pen = QPen(QColor(color))
+            pen.setWidthF(1.6)
+            pen.setStyle(style)
+            p.setPen(pen)
+            n = len(series)
+            p.drawPolyline([QPointF(plot.right() - (n - 1 - i) * plot.width() / (span - 1),
+                                    plot.bottom() - (v / top) * plot.height()) for i, v in enumerate(series)])
+        p.end()
+
+
+class ResidencyPanel(QFrame):
+    def __init__(self, theme: Theme = LIGHT, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.theme = theme
+        self.setObjectName("card")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(12, 10, 12, 10)
+        lay.setSpacing(6)
+        head = QLabel("Engine")
+        head.setObjectName("heading")
+        lay.addWidget(head)
+        self.model_label = QLabel("No model")
+        self.model_label.setWordWrap(True)
+        lay.addWidget(self.model_label)
+        self.note_label = QLabel()
+        self.note_label.setObjectName("warning")
+        self.note_label.setWordWrap(True)
+        lay.addWidget(self.note_label)
+
+        sec = QLabel("VRAM expert slots")
+        sec.setObjectName("heading")
+        lay.addWidget(sec)
+        self.no_slots_label = QLabel()
+        self.no_slots_label.setObjectName("muted")
+        self.no_slots_label.setWordWrap(True)
+        lay.addWidget(self.no_slots_label)
+        self.slot_map = SlotMap(theme)
+        lay.addWidget(self.slot_map)
+        self.legend = QLabel(self._legend_html())
+        self.legend.setObjectName("muted")
+        lay.addWidget(self.legend)
+
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        grid.setVerticalSpacing(2)
+        self.values: dict[str, QLabel] = {}
+        for row, (key, title) in enumerate((("hit", "VRAM hit rate"), ("prompt", "Prompt"), ("decode", "Decode"),
+                                             ("vram", "VRAM in use"), ("ram", "RAM in use"))):
+            name = QLabel(title)
+            name.setObjectName("muted")
+            val = QLabel("—")
+            val.setAlignment(Qt.AlignmentFlag.AlignRight)
+            grid.addWidget(name, row, 0)
+            grid.addWidget(val, row, 1)
+            self.values[key] = val
+        lay.addLayout(grid)
+        plot_title = QLabel("Tokens/s over time (solid: decode, dashed: prompt)")
+        plot_title.setObjectName("muted")
+        lay.addWidget(plot_title)
+        self.plot = RatePlot(theme)
+        lay.addWidget(self.plot)
+        sec2 = QLabel("Last request")
+        sec2.setObjectName("heading")
+        lay.addWidget(sec2)
+        self.last_label = QLabel("—")
+        self.last_label.setWordWrap(True)
+        self.last_label.setObjectName("muted")
+        lay.addWidget(self.last_label)
+        self.phases_label = QLabel()
+        self.phases_label.setWordWrap(True)
+        lay.addWidget(self.phases_label)
+        lay.addStretch(1)
+        self.last_usage: Usage | None = None
+        self.snapshots = 0
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.slot_map.theme = theme
+        self.plot.theme = theme
+        self.legend.setText(self._legend_html())
+        self.update()
+
+    def _legend_html(self) -> str:
+        t = self.theme
+        return (f'<span style="color:{t.slot_static}">■</span> static &nbsp; '
+                f'<span style="color:{t.slot_adaptive}">■</span> adaptive &nbsp; '
+                f'<span style="color:{t.slot_free}">■</span> free &nbsp; (brighter = more recent hits)')
+
+    def update_telemetry(self, t: Telemetry | None, generating: bool = False) -> None:
+        self.snapshots += 1
+        if t is None:
+            self.model_label.setText("No model loaded")
+            self.note_label.setVisible(False)
+            self.no_slots_label.setText("—")
+            self.slot_map.setVisible(False)
+            self.legend.setVisible(False)
+            return
+        self.model_label.setText(f"<b>{t.model_name or 'model'}</b> · {t.backend} · {t.state}")
+        self.note_label.setText(t.model_note)
+        self.note_label.setVisible(bool(t.model_note))
+        has_slots = bool(t.slots)
+        self.slot_map.setVisible(has_slots)
+        self.legend.setVisible(has_slots)
+        self.no_slots_label.setVisible(not has_slots)
+        if has_slots:
+            self.slot_map.set_data(t.slots, t.slot_hits)
+            st = sum(s[0] for s in t.slots)
+            ad = sum(s[1] for s in t.slots)
+            fr = sum(s[2] for s in t.slots)
+            self.values["hit"].setText(f"{t.vram_hit_rate * 100:.1f} %  ({st} static, {ad} adaptive, {fr} free)")
+        else:
+            self.no_slots_label.setText(
+                f"CPU engine — no VRAM slots. All {t.layers * t.experts_per_layer} experts "
+                f"({t.layers} layers × {t.experts_per_layer}) are computed on the CPU from RAM.")
+            self.values["hit"].setText("— (no GPU)")
+        self.values["prompt"].setText(f"{t.prompt_tps:,.1f} tok/s")
+        self.values["decode"].setText(f"{t.decode_tps:,.1f} tok/s")
+        if t.vram_used_bytes or t.vram_reserved_bytes:
+            self.values["vram"].setText(f"{fmt_gib(t.vram_used_bytes)} (reserved {fmt_gib(t.vram_reserved_bytes)})")
+        else:
+            self.values["vram"].setText("none")
+        ram = t.ram_used_bytes
+        self.values["ram"].setText(fmt_gib(ram) if ram else f"{fmt_gib(process_rss_bytes())} (process)")
+        if generating:
+            self.plot.add(t.prompt_tps, t.decode_tps)
+        if t.phases_ms:
+            total = sum(t.phases_ms.values()) or 1.0
+            rows = []
+            for name, ms in sorted(t.phases_ms.items(), key=lambda kv: -kv[1]):
+                bar = "█" * max(1, round(12 * ms / total))
+                rows.append(f"<tr><td>{name}</td><td align='right'>&nbsp;{ms:,.1f} ms&nbsp;</td>"
+                            f"<td><span style='color:{self.theme.accent}'>{bar}</span></td></tr>")
+            self.phases_label.setText("<table cellspacing='0'>" + "".join(rows) + "</table>")
+            self.phases_label.setVisible(True)
+        else:
+            self.phases_label.setVisible(False)
+
+    def set_last_usage(self, u: Usage) -> None:
+        self.last_usage = u
+        fresh = u.prompt_tokens - u.cached_tokens
+        self.last_label.setText(
+            f"Prompt: {u.prompt_tokens} tokens ({u.cached_tokens} reused from cache, {fresh} processed) "
+            f"in {u.prompt_seconds:.2f} s · {u.prompt_tps:,.0f} tok/s<br>"
+            f"Answer: {u.completion_tokens} tokens in {u.decode_seconds:.2f} s · {u.decode_tps:,.1f} tok/s")
