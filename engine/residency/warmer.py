@@ -161,14 +161,14 @@ class Warmer:
     def _main(self) -> None:
         t0 = time.perf_counter()
         last = 0.0
-        self._report(self._set(state="running"))
+        self._report(self._set(state="running" if self._run.is_set() else "paused"))
         try:
             for i, r in enumerate(self.regions):
                 missing = self._warm_region(r)
-                p = self._set(regions_done=i + 1, seconds=time.perf_counter() - t0,
-                              missing_bytes=self._p.missing_bytes + missing)
                 if self._cancel.is_set():
                     break
+                p = self._set(regions_done=i + 1, seconds=time.perf_counter() - t0,
+                              missing_bytes=self._p.missing_bytes + missing)
                 if p.seconds - last >= self._every:
                     last = p.seconds
                     self._report(p)
