@@ -98,13 +98,15 @@ class Engine:
         self.settings = settings
         self.backend = backend
         self.tokenizer, self.special = load_tokenizer(ck.model_dir)
-        synth = ck.model_dir / "SYNTHETIC.json"
         note = ""
-        if synth.is_file():
-            try:
-                note = str(json.loads(synth.read_text())["note"])
-            except (ValueError, KeyError, OSError):
-                note = "synthetic checkpoint"
+        for label in ("SYNTHETIC.json", "DEMO.json"):  # written by neural synth / the demo recipe
+            path = ck.model_dir / label
+            if path.is_file():
+                try:
+                    note = str(json.loads(path.read_text())["note"])
+                except (ValueError, KeyError, OSError):
+                    note = "synthetic checkpoint"
+                break
         self.info = ModelInfo(ck.model_dir.name, ck.model_dir, ck.config, ck.fingerprint(), note, backend_note)
         self._ids: list[int] = []  # tokens whose K/V the backend holds
         self._lock = threading.Lock()

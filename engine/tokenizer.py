@@ -81,6 +81,12 @@ _CORPUS = (
 def build_synthetic_tokenizer(vocab_size: int) -> Tokenizer:
     """A byte-level BPE whose harmony specials sit at their real ids (199998…) when the
     vocabulary is large enough, else at the last 21 ids of ``vocab_size``."""
+    return train_byte_bpe([_CORPUS] * 20, vocab_size)
+
+
+def train_byte_bpe(texts, vocab_size: int) -> Tokenizer:  # texts: Iterable[str]
+    """Train a byte-level BPE on ``texts`` and append the harmony specials (see
+    :func:`build_synthetic_tokenizer` for where they land)."""
     real_start = 199998
     n_model = real_start if vocab_size >= real_start + len(HARMONY_SPECIALS) else vocab_size - len(HARMONY_SPECIALS)
     if n_model < 256:
@@ -92,7 +98,7 @@ def build_synthetic_tokenizer(vocab_size: int) -> Tokenizer:
         vocab_size=n_model, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[], show_progress=False,
     )
-    tok.train_from_iterator([_CORPUS] * 20, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     # Pad the model vocabulary to exactly n_model so special ids are predictable.
     data = json.loads(tok.to_str())
     vocab: dict[str, int] = data["model"]["vocab"]

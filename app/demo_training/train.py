@@ -1,0 +1,170 @@
+"""Train the demo model: transformers' ``GptOssForCausalLM`` at a small size on the stdlib corpus.
+
+The real architecture is kept — attention sinks, alternating sliding/full attention, YaRN, top-k
+MoE with the clamped SwiGLU — only smaller. Loss is taken on the assistant's reply only. Every
+``log_every`` steps a JSON line (step, loss, tokens seen, wall seconds) goes to ``train_log.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.harmony import render_conversation
+from engine.tokenizer import SpecialTokens
+from engine.types import Conversation, Message
+
+from .corpus import Sample
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    layers: int = 4
+    experts: int = 16
+    top_k: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 64
+    intermediate: int = 256
+    sliding_window: int = 64
+    seq_len: int = 512
+    batch: int = 32
+    steps: int = 3000
+    lr: float = 2e-3
+    warmup: int = 100
+    seed: int = 0
+    log_every: int = 25
+    aux_loss_coef: float = 0.01
+    time_budget_s: float = 0.0  # >0: fit the step count to this wall-clock budget after 20 timed steps
+
+    def shape(self):  # -> engine.synth.SynthShape: the one definition export and training share
+        from engine.synth import SynthShape
+
+        return SynthShape(self.hidden_size, self.layers, self.experts, self.top_k, self.heads, self.kv_heads,
+                          self.head_dim, self.intermediate, self.vocab_size, sliding_window=self.sliding_window,
+                          rope_factor=8.0, original_context=2048)
+
+    def hf_config(self):
+        """transformers' config built from the very config.json the export writes, so training and
+        the exported checkpoint cannot disagree on RoPE/YaRN or layer types."""
+        from transformers import GptOssConfig
+
+        d = dict(self.shape().config_dict())
+        d.pop("quantization_config")
+        d.update(output_router_logits=True, router_aux_loss_coef=self.aux_loss_coef)
+        return GptOssConfig.from_dict(d)
+
+
+ANALYSES = (
+    "The user wants {what}. I'll write it and explain briefly.",
+    "Need {what}. Write the function, then one sentence.",
+    "They ask for {what}. Give the code.",
+)
+
+
+def encode_sample(s: Sample, tok, sp: SpecialTokens, rng: random.Random) -> tuple[list[int], int]:
+    """(ids, index where the assistant's reply starts): prompt rendered by the engine's own
+    harmony renderer, reply = analysis message + final message ending in <|return|>."""
+    date = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    conv = Conversation((Message("user", s.user),), reasoning_effort=rng.choice(("low", "medium", "high")),
+                        current_date=date)
+    prompt = render_conversation(conv, tok, sp)
+    what = s.user.split("`")[1] if "`" in s.user else "a function"
+
+    def text(t: str) -> list[int]:
+        return tok.encode(t, add_special_tokens=False).ids
+
+    reply = ([sp.channel, *text("analysis"), sp.message, *text(rng.choice(ANALYSES).format(what=what)), sp.end,
+              sp.start, *text("assistant"), sp.channel, *text("final"), sp.message, *text(s.answer), sp.return_])
+    return prompt + reply, len(prompt)
+
+
+def batches(encoded: list[tuple[list[int], int]], cfg: TrainConfig, pad: int, rng: random.Random):
+    while True:
+        picks = [encoded[rng.randrange(len(encoded))] for _ in range(cfg.batch)]
+        ids = torch.full((cfg.batch, cfg.seq_len), pad, dtype=torch.long)
+        labels = torch.full((cfg.batch, cfg.seq_len), -100, dtype=torch.long)
+        mask = torch.zeros((cfg.batch, cfg.seq_len), dtype=torch.long)
+        for b, (seq, start) in enumerate(picks):
+            seq = seq[: cfg.seq_len]
+            n = len(seq)
+            ids[b, :n] = torch.tensor(seq)
+            mask[b, :n] = 1
+            labels[b, start:n] = torch.tensor(seq[start:n])
+        yield ids, labels, mask
+
+
+def train(encoded: list[tuple[list[int], int]], held: list[tuple[list[int], int]], cfg: TrainConfig,
+          out_dir: Path, pad_id: int, device: str = "cuda") -> Any:
+    from transformers import GptOssForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    # fp32 master weights with bf16 autocast on the GPU: casting the model itself would also round
+    # the RoPE inv_freq buffer to bf16 and train with frequencies the export does not have.
+    model = GptOssForCausalLM(cfg.hf_config()).to(device=device)  # type: ignore[call-arg]
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    total = [cfg.steps]  # may shrink once the step rate is known (time_budget_s)
+    sched = torch.optim.lr_scheduler.LambdaLR(  # type: ignore[call-arg]
+        opt, lambda s: min(1.0, (s + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total[0]) / total[0])))
+    log = (out_dir / "train_log.jsonl").open("w")
+    log.write(json.dumps({"config": asdict(cfg), "device": torch.cuda.get_device_name() if device == "cuda"
+                          else "cpu", "torch": torch.__version__}) + "\n")
+    t0 = time.perf_counter()
+    seen = 0
+    it = batches(encoded, cfg, pad_id, rng)
+    step = 0
+    while step < total[0]:
+        step += 1
+        if step == 21 and cfg.time_budget_s > 0:
+            rate = 20 / (time.perf_counter() - t0)
+            total[0] = max(21, min(cfg.steps, int(rate * cfg.time_budget_s)))
+            print(f"{rate:.2f} steps/s: training {total[0]} steps to fit {cfg.time_budget_s:.0f} s", flush=True)
+        ids, labels, mask = (t.to(device) for t in next(it))
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+            out = model(input_ids=ids, attention_mask=mask, labels=labels)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        seen += int(mask.sum())
+        if step % cfg.log_every == 0 or step == total[0]:
+            rec = {"step": step, "loss": round(float(out.loss.detach()), 4),
+                   "aux": round(float(out.aux_loss.detach()) if out.aux_loss is not None else 0.0, 4),
+                   "tokens": seen, "wall_s": round(time.perf_counter() - t0, 1), "lr": sched.get_last_lr()[0]}
+            if step % (cfg.log_every * 8) == 0 or step == total[0]:
+                rec["held_out_loss"] = round(evaluate(model, held, cfg, pad_id, device), 4)
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            print(json.dumps(rec), flush=True)
+    log.close()
+    model.eval()
+    model.steps_done = step
+    model.tokens_seen = seen
+    return model
+
+
+@torch.no_grad()
+def evaluate(model, held: list[tuple[list[int], int]], cfg: TrainConfig, pad_id: int, device: str,
+             n_batches: int = 4) -> float:
+    was = model.training
+    model.eval()
+    it = batches(held, cfg, pad_id, random.Random(1234))
+    losses = []
+    for _ in range(n_batches):
+        ids, labels, mask = (t.to(device) for t in next(it))
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+            losses.append(float(model(input_ids=ids, attention_mask=mask, labels=labels).loss))
+    model.train(was)
+    return sum(losses) / len(losses)
