@@ -24,6 +24,15 @@ def gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def human_bytes(n: float) -> str:
+    """GiB for big amounts, MiB/KiB for small ones (a typical RLIMIT_MEMLOCK is 8 MiB)."""
+    if n >= GIB:
+        return gib(n)
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MiB"
+    return f"{n / 1024:.0f} KiB"
+
+
 def default_headroom(total_bytes: int) -> int:
     """RAM left to the OS and other programs: 1/16 of the machine, at least 3 GiB."""
     return max(MIN_HEADROOM, total_bytes // 16)
@@ -148,7 +157,7 @@ def ram_advice(store_bytes: int, settings: Any = None, mem: MemoryInfo | None = 
         if b.lock_limited and b.memlock_limit is not None:
             out.append(
                 f"mlock_gib={b.mlock_requested_bytes / GIB:g} but this user may lock only "
-                f"{gib(b.memlock_limit)} (RLIMIT_MEMLOCK). Raise it (`ulimit -l`, or 'memlock' in "
+                f"{human_bytes(b.memlock_limit)} (RLIMIT_MEMLOCK). Raise it (`ulimit -l`, or 'memlock' in "
                 f"/etc/security/limits.conf) or set mlock_gib=0; the engine runs without locking the rest.")
         if b.mlock_requested_bytes > b.room_bytes:
             out.append(

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import os_memory
-from .budget import RamBudget, gib
+from .budget import RamBudget, gib, human_bytes
 from .os_memory import OsCallError
 from .regions import ExpertKey, Mapping, Region
 from .resident import StoreResidency
@@ -48,7 +48,7 @@ def _limit_text() -> str:
     lim = None
     if sys.platform.startswith("linux"):
         lim = os_memory.memlock_limit()
-    return "unlimited" if lim is None else gib(lim)
+    return "unlimited" if lim is None else human_bytes(lim)
 
 
 def lock_hot(mapping: Mapping, regions: Sequence[Region], budget_bytes: int) -> LockResult:
@@ -84,7 +84,7 @@ def _mlock(mapping: Mapping, picked: list[tuple[Region, int, int]], budget: int)
         except OsCallError as exc:
             why = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             if exc.errno in _REFUSED:
-                msg = (f"mlock refused ({why}) after {gib(locked)} of {gib(budget)}: RLIMIT_MEMLOCK is "
+                msg = (f"mlock refused ({why}) after {human_bytes(locked)} of {human_bytes(budget)}: RLIMIT_MEMLOCK is "
                        f"{_limit_text()}. Raise it (`ulimit -l unlimited`, or 'memlock' in "
                        f"/etc/security/limits.conf) or set mlock_gib=0; continuing with the store warm "
                        f"but not locked.")

@@ -91,7 +91,7 @@ def test_advice_on_budget_settings():
 def test_advice_on_mlock_settings():
     mem = MemoryInfo(128 * GIB, 100 * GIB)
     limited = ram_advice(STORE, settings(mlock_gib=8.0), mem, memlock_limit=8 << 20)
-    assert len(limited) == 1 and "RLIMIT_MEMLOCK" in limited[0] and "ulimit -l" in limited[0]
+    assert len(limited) == 1 and "only 8.0 MiB (RLIMIT_MEMLOCK)" in limited[0] and "ulimit -l" in limited[0]
     assert ram_advice(STORE, settings(mlock_gib=8.0), mem, memlock_limit=None) == []
     starved = ram_advice(STORE, settings(mlock_gib=60.0), MemoryInfo(PC64, 50 * GIB), memlock_limit=None)
     assert any("locked pages cannot be reclaimed" in s for s in starved)
