@@ -81,6 +81,9 @@ class NativeKernel:
     def set_spin_us(self, us: int) -> None:
         self.lib.neural_set_spin_us(int(us))
 
+    def set_prefetch(self, nbytes: int) -> None:
+        self.lib.neural_set_prefetch(int(nbytes))
+
     # ---- descriptors ------------------------------------------------------------------------
     def shape(self, hidden: int, intermediate: int, fmt: str, limit: float, alpha: float,
               offsets: Sequence[int]) -> Any:

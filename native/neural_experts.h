@@ -122,6 +122,8 @@ int neural_set_threads(int n);
 int neural_get_threads(void);
 /* How long idle workers spin before they sleep (microseconds). */
 void neural_set_spin_us(int us);
+/* Software prefetch distance in bytes for the SIMD kernels (0 = off; a tuning knob). */
+void neural_set_prefetch(int bytes);
 /* Bytes of one record's fixed part for a shape/format (no exception area). */
 int64_t neural_record_bytes(const neural_shape *s);
 

@@ -26,6 +26,7 @@
 extern const float neural_lut2[16];
 extern const int8_t neural_lut2_i8[16];
 extern float neural_scale2[256];
+extern int neural_prefetch_bytes;
 
 typedef struct neural_kernels {
     int isa;

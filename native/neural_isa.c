@@ -18,6 +18,10 @@ const float neural_lut2[16] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 6.0f, 8.0f, 12.0f,
                                -0.0f, -1.0f, -2.0f, -3.0f, -4.0f, -6.0f, -8.0f, -12.0f};
 const int8_t neural_lut2_i8[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 float neural_scale2[256];
+/* Software prefetch distance. The rows of a group are contiguous, so a group's codes form one
+   linear stream (64 B per block step for 4 rows); the kernels fetch one line per step this far
+   ahead, and the scale rows likewise. 0 turns it off. */
+int neural_prefetch_bytes = 2048;
 
 void neural_tables_init(void) {
     for (int s = 0; s < 256; s++) neural_scale2[s] = ldexpf(1.0f, s - 128);
@@ -124,7 +128,13 @@ NEURAL_TARGET_AVX2 static void dot2_avx2(const uint8_t *c0, const uint8_t *c1, c
     const __m128i m0f = _mm_set1_epi8(0x0f);
     __m256 a0l = _mm256_setzero_ps(), a0h = _mm256_setzero_ps();
     __m256 a1l = _mm256_setzero_ps(), a1h = _mm256_setzero_ps();
+    const int pfd = neural_prefetch_bytes;
+    const uint8_t *pf = c0 + pfd, *pfs = s0 + pfd / 16;
     for (int g = 0; g < G; g++) {
+        if (pfd && (g & 1) == 0) {
+            _mm_prefetch((const char *)(pf + 32 * (size_t)g), _MM_HINT_T0);
+            if ((g & 31) == 0) _mm_prefetch((const char *)(pfs + 2 * (size_t)g), _MM_HINT_T0);
+        }
         const float *zg = z + 32 * g;
         const __m256 zeL = _mm256_loadu_ps(zg), zeH = _mm256_loadu_ps(zg + 8);
         const __m256 zoL = _mm256_loadu_ps(zg + 16), zoH = _mm256_loadu_ps(zg + 24);
@@ -202,21 +212,18 @@ NEURAL_TARGET_AVX512 static inline float hsum16_avx512(__m512 v) {
         A = _mm512_fmadd_ps(d_, _mm512_set1_ps(neural_scale2[(SC)[g]]), A);                       \
     } while (0)
 
-/* Software prefetch distance (bytes of codes ahead); the streams are sequential per row. */
-#define NEURAL_PF_AHEAD 1024
-
 NEURAL_TARGET_AVX512 static void dot4_avx512(const uint8_t *const codes[4], const uint8_t *const sc[4],
                                              const float *z, int G, float out[4]) {
     const __m512 lut = _mm512_loadu_ps(neural_lut2);
     const uint8_t *c0 = codes[0], *c1 = codes[1], *c2 = codes[2], *c3 = codes[3];
     const uint8_t *s0 = sc[0], *s1 = sc[1], *s2 = sc[2], *s3 = sc[3];
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const int pfd = neural_prefetch_bytes;
+    const uint8_t *pf = c0 + pfd, *pfs = s0 + pfd / 16;
     for (int g = 0; g < G; g++) {
-        if ((g & 3) == 0) {
-            _mm_prefetch((const char *)(c0 + 16 * g + NEURAL_PF_AHEAD), _MM_HINT_T0);
-            _mm_prefetch((const char *)(c1 + 16 * g + NEURAL_PF_AHEAD), _MM_HINT_T0);
-            _mm_prefetch((const char *)(c2 + 16 * g + NEURAL_PF_AHEAD), _MM_HINT_T0);
-            _mm_prefetch((const char *)(c3 + 16 * g + NEURAL_PF_AHEAD), _MM_HINT_T0);
+        if (pfd) {
+            _mm_prefetch((const char *)(pf + 64 * (size_t)g), _MM_HINT_T0);
+            if ((g & 15) == 0) _mm_prefetch((const char *)(pfs + 4 * (size_t)g), _MM_HINT_T0);
         }
         const __m512 ze = _mm512_loadu_ps(z + 32 * g), zo = _mm512_loadu_ps(z + 32 * g + 16);
         AVX512_ROW(c0, s0, a0);

@@ -140,6 +140,12 @@ class ExpertStore:
             raise StoreMismatch(f"{self.path}: store was built from a different checkpoint (fingerprint "
                                 f"{self.fingerprint}, this checkpoint is {fp}); rebuild with "
                                 f"`neural build-store {ck.model_dir}`")
+        from .writer import sample_crcs
+
+        if list(sample_crcs(ck, self.layout)) != [int(v) for v in self.meta.get("sample_crc", [])]:
+            raise StoreMismatch(f"{self.path}: store holds different expert weights than the checkpoint at "
+                                f"{ck.model_dir} (same shapes, different bytes); rebuild with "
+                                f"`neural build-store {ck.model_dir}`")
 
     def verify(self, progress: Callable[[int, int], None] | None = None) -> list[tuple[int, int]]:
         """Recompute every record's CRC-32; returns the (layer, expert) pairs that fail."""

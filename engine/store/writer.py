@@ -36,8 +36,9 @@ Progress = Callable[[int, int], None]  # (records done, records total)
 
 
 def store_meta(layout: RecordLayout, layers: int, experts: int, fingerprint: str, limit: float, alpha: float,
-               source: str = "") -> dict[str, Any]:
+               source: str = "", sample_crc: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     return {
+        "sample_crc": list(sample_crc),
         "format": layout.fmt,
         "version": VERSION,
         "fingerprint": fingerprint,
@@ -129,6 +130,23 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def expert_parts(ck: Checkpoint, layer: int, expert: int) -> dict[str, np.ndarray]:
+    """One expert's six checkpoint tensors under the store's part names (zero-copy views)."""
+    arrays = ck.expert_arrays(layer, expert)
+    return {p: arrays[CHECKPOINT_PART[p]] for p in PART_NAMES}
+
+
+def sample_crcs(ck: Checkpoint, layout: RecordLayout) -> tuple[int, int]:
+    """CRC-32 of the first and last expert's record: the checkpoint fingerprint covers shapes and
+    file layout only, so this is what tells two same-shape checkpoints (a fine-tune) apart."""
+    cfg = ck.config
+    out = []
+    for layer, e in ((0, 0), (cfg.num_hidden_layers - 1, cfg.num_local_experts - 1)):
+        rec, _ = encode_record(expert_parts(ck, layer, e), layout)
+        out.append(zlib.crc32(rec.data))
+    return out[0], out[1]
+
+
 @dataclass(frozen=True)
 class BuildSummary:
     path: Path
@@ -145,7 +163,7 @@ def build_store(ck: Checkpoint, out: str | Path, fmt: str = "raw", progress: Pro
     cfg = ck.config
     layout = RecordLayout.build(cfg.hidden_size, cfg.intermediate_size, fmt)
     meta = store_meta(layout, cfg.num_hidden_layers, cfg.num_local_experts, ck.fingerprint(), cfg.swiglu_limit,
-                      cfg.swiglu_alpha, source=str(ck.model_dir))
+                      cfg.swiglu_alpha, source=str(ck.model_dir), sample_crc=sample_crcs(ck, layout))
     total, fallback = cfg.num_hidden_layers * cfg.num_local_experts, 0
     with StoreWriter(out, meta) as w:
         for layer in range(cfg.num_hidden_layers):

@@ -1,0 +1,58 @@
+"""``neural bench kernel``: the native expert kernel against a DRAM read probe, same threads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+
+NAME = "bench"
+HELP = "Benchmarks (kernel: native CPU expert kernel vs. a DRAM read probe)."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="bench", metavar="WHAT", required=True)
+    k = sub.add_parser("kernel", help="expert kernel GB/s vs. a plain DRAM read with the same threads",
+                       description="Builds a synthetic store of 120b-shape experts larger than the last-level "
+                                   "cache and measures the one-token kernel (4 random experts per call) against "
+                                   "a plain read of the same memory by the same thread team.")
+    k.add_argument("--threads", type=int, default=0, help="kernel threads including the caller (0 = all CPUs)")
+    k.add_argument("--store-gib", type=float, default=2.0, help="synthetic store size (>= 2 GiB exceeds the LLC)")
+    k.add_argument("--format", default="raw", choices=["raw", "packed"])
+    k.add_argument("--isa", default="auto", choices=["auto", "avx512", "avx2", "scalar"])
+    k.add_argument("--seconds", type=float, default=4.0, help="measuring time per round")
+    k.add_argument("--rounds", type=int, default=3, help="alternating probe/kernel rounds (median reported)")
+    k.add_argument("--path", default=None, help="keep the synthetic store at this path (reused if present)")
+    k.add_argument("--json", action="store_true", help="print one JSON object")
+    k.set_defaults(_bench=run_kernel)
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args._bench(args))
+
+
+def run_kernel(args: argparse.Namespace) -> int:
+    from engine.store.kernel_bench import run_kernel_bench
+    from native.kernel import KernelError, NativeUnavailable
+
+    from .cmd_build_store import stderr_progress
+    from .common import fail
+
+    try:
+        r = run_kernel_bench(threads=args.threads, store_gib=args.store_gib, fmt=args.format, isa=args.isa,
+                             seconds=args.seconds, rounds=max(1, args.rounds), path=args.path,
+                             progress=stderr_progress("synthetic store"))
+    except (NativeUnavailable, KernelError) as exc:
+        return fail(str(exc))
+    if args.json:
+        d = r.as_dict()
+        d["cpu"] = platform.processor() or platform.machine()
+        print(json.dumps(d))
+        return 0
+    print(f"store: {r.store_gib:.2f} GiB, {r.experts_in_store} experts of the 120b shape "
+          f"({r.expert_bytes:,} B each, {r.format}); {r.threads} threads, {r.isa} path", file=sys.stderr)
+    print(f"DRAM read probe : {r.probe_gbps:8.2f} GB/s")
+    print(f"expert kernel   : {r.kernel_gbps:8.2f} GB/s   ratio {r.ratio:.3f}")
+    print(f"88 experts/token: {r.ms_per_token_88:8.2f} ms   ({r.calls} calls of 4 experts, {r.rounds} rounds)")
+    return 0

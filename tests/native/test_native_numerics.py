@@ -1,0 +1,167 @@
+"""The native expert kernel against NumPy references, on every ISA path this CPU has.
+
+Tolerance against the float64 oracle (moe64): max |kernel - ref| <= 1e-5 * max(1, max |ref|) for
+scales in the normal range. Observed errors are ~1e-7 relative; fp32 accumulation over <= 160
+inputs per row with 16 lanes cannot exceed ~1e-6. Against the same-order fp32 reference (moe32)
+the results must be bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import native_refimpl as R
+import numpy as np
+import pytest
+from native_helpers import ALPHA, ISAS, LIMIT, isa_or_skip, make_experts
+
+from native.kernel import KernelError, NativeKernel
+
+SHAPES = [(64, 64), (96, 160), (160, 96)]
+TOL64 = 1e-5
+
+
+def poisoned(n: int) -> np.ndarray:
+    return np.full(n, np.nan, np.float32)
+
+
+def test_cpu_features_agree_with_proc_cpuinfo(kernel: NativeKernel) -> None:
+    info = Path("/proc/cpuinfo")
+    if not sys.platform.startswith("linux") or not info.is_file():
+        pytest.skip("needs /proc/cpuinfo")
+    flags = set(next(ln for ln in info.read_text().splitlines() if ln.startswith("flags")).split(":")[1].split())
+    f = kernel.features()
+    assert ("avx2" in f) == ({"avx2", "fma"} <= flags)
+    assert ("avx512" in f) == ({"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma"} <= flags)
+    assert kernel.best_isa() == kernel.available_isas()[-1]
+
+
+def test_unknown_isa_rejected(kernel: NativeKernel) -> None:
+    with pytest.raises(ValueError):
+        kernel.set_isa("sse9")
+
+
+def test_expf_matches_reference_and_libm(kernel: NativeKernel) -> None:
+    rng = np.random.default_rng(1)
+    xs = np.concatenate([rng.uniform(-110, 90, 4000), rng.uniform(-2, 2, 2000),
+                         [0.0, -0.0, 1e-30, -1e-30, 88.72, 88.7229, 88.73, -103.97, -103.98, -87.3, -87.4,
+                          np.inf, -np.inf, np.nan]]).astype(np.float32)
+    got = np.array([kernel.expf(float(v)) for v in xs], np.float32)
+    assert R.bits_equal(got, R.expf32(xs))
+    normal = np.isfinite(xs) & (xs > -87) & (xs < 88)
+    want = np.exp(xs[normal].astype(np.float64))
+    rel = np.abs(got[normal] - want) / want
+    assert rel.max() < 4 * 2.0**-23, f"exp error {rel.max():.3g} exceeds 4 ulp"
+    assert math.isinf(kernel.expf(89.0)) and kernel.expf(-104.0) == 0.0
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", ["raw", "packed"])
+@pytest.mark.parametrize("hidden,inter", SHAPES)
+def test_moe_token_matches_references(kernel: NativeKernel, isa: str, fmt: str, hidden: int, inter: int) -> None:
+    isa_or_skip(kernel, isa)
+    rng = np.random.default_rng(hidden * 7 + inter)
+    for k in (1, 4):
+        parts = [R.random_expert(rng, hidden, inter) for _ in range(k)]
+        ex = make_experts(kernel, parts, fmt)
+        for trial in range(3):
+            x = (rng.standard_normal(hidden) * (1 + trial)).astype(np.float32)
+            w = rng.random(k).astype(np.float32)
+            out = poisoned(hidden)
+            kernel.moe_token(ex.shape, ex.refs, w, x, out)
+            assert R.bits_equal(out, R.moe32(parts, w, x, LIMIT, ALPHA)), f"{isa}/{fmt}: differs from fp32 order ref"
+            ref = R.moe64(parts, w, x, LIMIT, ALPHA)
+            err = np.abs(out - ref).max() / max(1.0, np.abs(ref).max())
+            assert err <= TOL64, f"{isa}/{fmt}: error {err:.3g} vs float64 reference"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_isa_paths_agree_at_120b_rows(kernel: NativeKernel, isa: str) -> None:
+    """Full-width rows (90 blocks) with a small intermediate keep this fast; scalar is the yardstick."""
+    isa_or_skip(kernel, isa)
+    rng = np.random.default_rng(5)
+    parts = [R.random_expert(rng, 2880, 64) for _ in range(2)]
+    ex = make_experts(kernel, parts, "raw")
+    x = rng.standard_normal(2880).astype(np.float32)
+    w = np.array([0.7, 0.3], np.float32)
+    out = poisoned(2880)
+    kernel.moe_token(ex.shape, ex.refs, w, x, out)
+    kernel.set_isa("scalar")
+    ref = poisoned(2880)
+    kernel.moe_token(ex.shape, ex.refs, w, x, ref)
+    assert R.bits_equal(out, ref)
+    want = R.moe64(parts, w, x, LIMIT, ALPHA)
+    assert np.abs(out - want).max() / np.abs(want).max() <= TOL64
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", ["raw", "packed"])
+def test_extreme_scale_exponents(kernel: NativeKernel, isa: str, fmt: str) -> None:
+    """Scale bytes 0, 1, 254, 255 next to normal ones.
+
+    Documented behaviour: the kernel multiplies q = 2v by S = 2^(s-128), so s = 0 gives exact
+    denormal products and s = 255 the finite 2^127 (the reference's ldexp(v, 128) is inf for
+    any v, and 0 * inf NaN). Large scales overflow to inf and inf - inf to NaN inside sums; the
+    same-order reference reproduces all of that bit for bit, NaN positions included.
+    """
+    isa_or_skip(kernel, isa)
+    rng = np.random.default_rng(11)
+    hidden, inter = 64, 96
+    parts = [R.random_expert(rng, hidden, inter) for _ in range(3)]
+    for p in parts:
+        for key in ("gu_scales", "dn_scales"):
+            s = p[key]
+            mask = rng.random(s.shape) < 0.25
+            s[mask] = rng.choice(np.array([0, 1, 254, 255], np.uint8), int(mask.sum()))
+    ex = make_experts(kernel, parts, fmt)
+    if fmt == "packed":
+        assert sum(ex.n_exc) > 0, "wide-range rows must take the fallback path"
+    w = np.array([0.5, 0.3, 0.2], np.float32)
+    saw_nonfinite = False
+    for _ in range(3):
+        x = rng.standard_normal(hidden).astype(np.float32)
+        out = poisoned(hidden)
+        kernel.moe_token(ex.shape, ex.refs, w, x, out)
+        assert R.bits_equal(out, R.moe32(parts, w, x, LIMIT, ALPHA))
+        saw_nonfinite |= not np.isfinite(out).all()
+    assert saw_nonfinite, "scale 254/255 rows should overflow somewhere (documented behaviour)"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_tiny_scales_stay_exact(kernel: NativeKernel, isa: str) -> None:
+    """All scales 0/1 (weights ~2^-127): denormal products, still matching both references."""
+    isa_or_skip(kernel, isa)
+    rng = np.random.default_rng(12)
+    parts = [R.random_expert(rng, 64, 64, scale_lo=0, scale_hi=1)]
+    ex = make_experts(kernel, parts, "raw")
+    x = (rng.standard_normal(64) * 1e30).astype(np.float32)
+    out = poisoned(64)
+    kernel.moe_token(ex.shape, ex.refs, np.ones(1, np.float32), x, out)
+    assert R.bits_equal(out, R.moe32(parts, np.ones(1), x, LIMIT, ALPHA))
+    assert np.isfinite(out).all()
+
+
+def test_bad_arguments_raise(kernel: NativeKernel) -> None:
+    rng = np.random.default_rng(0)
+    ex = make_experts(kernel, [R.random_expert(rng, 64, 64)], "raw")
+    with pytest.raises(ValueError):
+        kernel.moe_token(ex.shape, ex.refs, np.ones(1, np.float32), np.ones(32, np.float32), poisoned(64))
+    with pytest.raises(ValueError):
+        kernel.moe_token(ex.shape, [], np.ones(0, np.float32), np.ones(64, np.float32), poisoned(64))
+    bad = kernel.shape(64, 64, "raw", LIMIT, ALPHA, [0] * 7)  # overlapping parts
+    with pytest.raises(KernelError, match="invalid"):
+        kernel.moe_token(bad, ex.refs, np.ones(1, np.float32), np.ones(64, np.float32), poisoned(64))
+
+
+def test_missing_exception_row_is_reported(kernel: NativeKernel) -> None:
+    rng = np.random.default_rng(3)
+    p = R.random_expert(rng, 64, 64)
+    p["gu_scales"][5, 0], p["gu_scales"][5, 1] = 100, 140  # range 40: fallback row
+    ex = make_experts(kernel, [p], "packed")
+    assert ex.n_exc == [1]
+    broken = kernel.expert([ex.records[0][off:off + n] for off, n in zip(ex.layout.offsets, ex.layout.sizes,
+                                                                         strict=False)])
+    with pytest.raises(KernelError, match="corrupt"):
+        kernel.moe_token(ex.shape, [broken], np.ones(1, np.float32), np.ones(64, np.float32), poisoned(64))
