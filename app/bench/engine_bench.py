@@ -1,0 +1,181 @@
+"""Decode and prompt benchmarks through the real engine (``Engine.load`` with its settings).
+
+Decode: the engine first holds ``depth`` tokens of context (the deterministic sequence of
+``context_tokens``), then greedily generates ``tokens`` tokens one ``backend.forward`` at a
+time; only those forwards are timed. Every repeat restarts from the same context: the
+session's prefix reuse truncates the K/V back to it, so the context is processed once per
+depth and its cold pass is reported as time to first token.
+
+Prompt: the engine is reset, then a prompt of ``n`` tokens is processed in one
+``engine.prefill`` and the first token is picked; that is the time to first token. A few
+greedy tokens after it (untimed) feed the token hash, which makes runs comparable across
+backends and builds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .context_tokens import context_tokens
+from .stats import median_of_dicts, summarize
+
+if TYPE_CHECKING:
+    from engine.session import Engine
+
+Log = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def hash_ids(ids: list[int]) -> str:
+    """sha256 of the token ids as comma-separated decimal text (easy to recompute anywhere)."""
+    return hashlib.sha256(",".join(str(i) for i in ids).encode()).hexdigest()
+
+
+def greedy(logits: torch.Tensor) -> int:
+    return int(torch.argmax(logits).item())
+
+
+def telemetry_snapshot(engine: Engine) -> tuple[float | None, dict[str, float]]:
+    """VRAM hit rate and phase times; (None, {}) on engines without VRAM slots (CPU)."""
+    t = engine.telemetry()
+    hit = float(t.vram_hit_rate) if t.slots else None
+    return hit, {k: float(v) for k, v in t.phases_ms.items()}
+
+
+def max_position(engine: Engine) -> int:
+    """Tokens the engine can hold: its context setting, within the model's positions."""
+    model_max = int(getattr(engine.config, "max_position_embeddings", 0) or engine.settings.context)
+    return min(int(engine.settings.context), model_max)
+
+
+@dataclass
+class DecodeRun:
+    seconds: float
+    ids: list[int]
+    hit_rate: float | None
+    phases_ms: dict[str, float] = field(default_factory=dict)
+
+
+def _decode_once(engine: Engine, prompt: list[int], tokens: int) -> DecodeRun:
+    logits, _ = engine.prefill(prompt)  # reuses the held context: recomputes one token
+    tok = greedy(logits)
+    ids = [tok]
+    t0 = time.perf_counter()
+    for _ in range(tokens):
+        tok = greedy(engine.backend.forward([tok]))
+        ids.append(tok)
+    seconds = time.perf_counter() - t0
+    hit, phases = telemetry_snapshot(engine)
+    return DecodeRun(seconds, ids, hit, phases)
+
+
+def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, warmup: int,
+               log: Log = _stderr) -> dict[str, Any]:
+    if tokens < 1 or repeats < 1 or warmup < 0:
+        raise ValueError("tokens and repeats must be >= 1, warmup >= 0")
+    limit = max_position(engine)
+    seq, source = context_tokens(engine, max(max(depths), 1))
+    results: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for want in depths:
+        depth = min(want, limit - tokens - 2)
+        if depth < 0:
+            raise ValueError(f"{tokens} decode tokens do not fit the context of {limit}")
+        if depth != want:
+            notes.append(f"depth {want} capped at {depth}: the context is {limit} tokens "
+                         f"(settings.context and the model's positions) and {tokens} tokens are decoded after it")
+        prompt = seq[: max(depth, 1)]  # decoding needs one token to start from
+        engine.reset()
+        t0 = time.perf_counter()
+        logits, _ = engine.prefill(prompt)
+        greedy(logits)
+        ttft = time.perf_counter() - t0
+        log(f"depth {depth}: context processed in {ttft:.2f} s; {warmup} warm-up + {repeats} timed runs "
+            f"of {tokens} tokens")
+        for _ in range(warmup):
+            _decode_once(engine, prompt, tokens)
+        runs = [_decode_once(engine, prompt, tokens) for _ in range(repeats)]
+        for i, r in enumerate(runs):
+            log(f"  run {i + 1}: {tokens / r.seconds:.2f} tok/s")
+        hashes = [hash_ids(r.ids) for r in runs]
+        hits = [r.hit_rate for r in runs if r.hit_rate is not None]
+        results.append({
+            "depth": depth,
+            "depth_requested": want,
+            "tokens": tokens,
+            "tokens_per_s": summarize([tokens / r.seconds for r in runs]),
+            "ms_per_token": summarize([1000.0 * r.seconds / tokens for r in runs]),
+            "ttft_s": ttft,
+            "context_tokens_per_s": len(prompt) / ttft if ttft > 0 else None,
+            "vram_hit_rate": summarize(hits) if hits else None,
+            "phases_ms": median_of_dicts([r.phases_ms for r in runs]),
+            "token_ids_sha256": hashes[0],
+            "repeats_identical": len(set(hashes)) == 1,
+            "token_ids": runs[0].ids,
+        })
+    return {"context_source": source, "results": results, "notes": notes,
+            "token_ids_sha256": hash_ids([i for r in results for i in r["token_ids"]])}
+
+
+def _prompt_once(engine: Engine, prompt: list[int], check_tokens: int) -> tuple[float, list[int],
+                                                                              float | None, dict[str, float]]:
+    engine.reset()
+    t0 = time.perf_counter()
+    logits, _ = engine.prefill(prompt)
+    tok = greedy(logits)
+    ttft = time.perf_counter() - t0
+    hit, phases = telemetry_snapshot(engine)  # the prompt pass's, before the check tokens
+    ids = [tok]
+    for _ in range(check_tokens):
+        tok = greedy(engine.backend.forward([tok]))
+        ids.append(tok)
+    return ttft, ids, hit, phases
+
+
+def run_prompt(engine: Engine, *, lengths: list[int], repeats: int, warmup: int, check_tokens: int = 8,
+               log: Log = _stderr) -> dict[str, Any]:
+    if repeats < 1 or warmup < 0 or check_tokens < 0:
+        raise ValueError("repeats must be >= 1, warmup and check tokens >= 0")
+    limit = max_position(engine)
+    seq, source = context_tokens(engine, max(lengths))
+    results: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for want in lengths:
+        n = min(want, limit - check_tokens - 2)
+        if n < 1:
+            raise ValueError(f"no prompt fits the context of {limit}")
+        if n != want:
+            notes.append(f"prompt {want} capped at {n}: the context is {limit} tokens")
+        prompt = seq[:n]
+        log(f"prompt {n}: {warmup} warm-up + {repeats} timed runs")
+        for _ in range(warmup):
+            _prompt_once(engine, prompt, 0)
+        runs = [_prompt_once(engine, prompt, check_tokens) for _ in range(repeats)]
+        for i, (ttft, *_rest) in enumerate(runs):
+            log(f"  run {i + 1}: {ttft:.3f} s, {n / ttft:.1f} tok/s")
+        hashes = [hash_ids(ids) for _, ids, _, _ in runs]
+        hits = [h for _, _, h, _ in runs if h is not None]
+        results.append({
+            "prompt_tokens": n,
+            "prompt_tokens_requested": want,
+            "ttft_s": summarize([t for t, *_ in runs]),
+            "tokens_per_s": summarize([n / t for t, *_ in runs]),
+            "vram_hit_rate": summarize(hits) if hits else None,
+            "phases_ms": median_of_dicts([p for *_, p in runs]),
+            "check_tokens": check_tokens,
+            "token_ids_sha256": hashes[0],
+            "repeats_identical": len(set(hashes)) == 1,
+            "token_ids": runs[0][1],
+        })
+    return {"context_source": source, "results": results, "notes": notes,
+            "token_ids_sha256": hash_ids([i for r in results for i in r["token_ids"]])}
