@@ -44,7 +44,7 @@ class Tiles:
             h = pow2(cfg.hidden_size)
             return cls(qkv_pairs=pow2((cfg.q_width + 2 * cfg.kv_width) // 2), k_block=min(h, 1024),
                        oproj_rows=pow2(cfg.hidden_size), router_rows=pow2(cfg.num_local_experts),
-                       attn_block=32, attn_split_full=2, attn_split_sliding=2,
+                       attn_block=32, attn_split_full=1, attn_split_sliding=1,
                        gu_pairs=pow2(cfg.intermediate_size), down_rows=pow2(cfg.hidden_size),
                        mx_groups=pow2(max(cfg.hidden_size, cfg.intermediate_size) // MXFP4_BLOCK),
                        lm_rows=min(pow2(cfg.vocab_size), 1024), pick_block=64, combine_block=h, warps=4)

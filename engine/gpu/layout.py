@@ -2,7 +2,9 @@
 
 The six checkpoint parts of an expert are laid end to end, each start aligned to 256
 bytes, so a whole expert moves as one copy and the GEMV kernels find every part at a
-fixed offset from the slot base.
+fixed offset from the slot base. The part order is the native kernel's record order
+(codes and scales of gate_up, of down, then the two biases), so the native kernel's
+copy-on-compute capture writes a buffer in exactly this layout.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checkpoint import EXPERT_PARTS, Checkpoint
+from ..checkpoint import Checkpoint
 from ..config import MXFP4_BLOCK, ModelConfig
 
 ALIGN = 256
+# native record order (native/neural_experts.h NEURAL_PART_*)
+SLOT_PARTS = ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales",
+              "gate_up_proj_bias", "down_proj_bias")
 
 
 def _align(n: int) -> int:
@@ -36,14 +41,14 @@ class ExpertLayout:
         sizes = {
             "gate_up_proj_blocks": 2 * i * gh * 16,
             "gate_up_proj_scales": 2 * i * gh,
-            "gate_up_proj_bias": 2 * i * 2,
             "down_proj_blocks": h * gi * 16,
             "down_proj_scales": h * gi,
+            "gate_up_proj_bias": 2 * i * 2,
             "down_proj_bias": h * 2,
         }
         offsets: dict[str, int] = {}
         at = 0
-        for part in EXPERT_PARTS:
+        for part in SLOT_PARTS:
             offsets[part] = at
             at = _align(at + sizes[part])
         return cls(h, i, offsets, sizes, at)
@@ -61,9 +66,13 @@ class ExpertLayout:
                 "OFF_DB": o["down_proj_blocks"], "OFF_DS": o["down_proj_scales"],
                 "OFF_DBIAS": o["down_proj_bias"]}
 
+    def native_offsets(self) -> list[int]:
+        """record_offset[7] for the native kernel's shape: six parts, then the (empty) exception area."""
+        return [self.offsets[p] for p in SLOT_PARTS] + [self.slot_bytes]
+
     def pack_into(self, dst: np.ndarray, parts: dict[str, np.ndarray]) -> None:
         """Copy an expert's six arrays (any dtype, C-contiguous bytes) into ``dst`` (uint8)."""
-        for part in EXPERT_PARTS:
+        for part in SLOT_PARTS:
             src = np.ascontiguousarray(parts[part]).reshape(-1).view(np.uint8)
             if src.size != self.sizes[part]:
                 raise ValueError(f"{part}: {src.size} bytes, layout expects {self.sizes[part]}")

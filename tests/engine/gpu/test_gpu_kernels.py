@@ -7,6 +7,7 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -27,7 +28,8 @@ BF = torch.bfloat16
 
 
 def make_kernels(cfg: ModelConfig = CFG) -> Kernels:
-    return Kernels(cfg, Tiles.for_config(cfg, interpret=True), ExpertLayout.for_config(cfg))
+    tiles = replace(Tiles.for_config(cfg, interpret=True), attn_split_full=4, attn_split_sliding=2)
+    return Kernels(cfg, tiles, ExpertLayout.for_config(cfg))
 
 
 def bf(*shape: int, scale: float = 1.0, gen: torch.Generator) -> torch.Tensor:

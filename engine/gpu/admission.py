@@ -1,0 +1,175 @@
+"""Which experts deserve a VRAM slot, and copy-on-compute admission.
+
+Policy (design doc, "VRAM residency and admission"): every routed (layer, expert) adds to
+a decayed score (prompt tokens together count as at most ``prefill_weight`` tokens, so a
+long prompt cannot flush the pool). Every ``refresh_every`` tokens the top ``refresh_m``
+non-resident experts by score become *candidates*. A candidate is admitted the next time
+the CPU computes it as a miss: the CPU kernel writes its bytes into a free pinned capture
+buffer while reading them (no second RAM read), a copy stream uploads the buffer into a
+victim slot (a free adaptive slot, else the lowest-scoring adaptive resident scoring below
+the candidate), and the slot table flips only when the copy has landed. So at most
+``refresh_m`` admissions happen per refresh, and ``refresh_every = 0`` freezes residency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from .pool import Key, SlotPool
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    refresh_every: int = 8
+    refresh_m: int = 16
+    prefill_weight: float = 16.0
+    half_life: float = 256.0  # tokens for a score to halve
+    capture_buffers: int = 16
+
+
+def rank_hot_set(counts: np.ndarray, n: int) -> list[Key]:
+    """The ``n`` most-routed experts over all layers (ties: lower layer, lower expert first);
+    experts never routed are not ranked."""
+    flat = counts.reshape(-1)
+    order = np.lexsort((np.arange(flat.size), -flat))  # by count desc, then index asc
+    chosen = [int(i) for i in order[:n] if flat[i] > 0]
+    e = counts.shape[1]
+    return [(i // e, i % e) for i in chosen]
+
+
+class AdmissionPolicy:
+    def __init__(self, layers: int, experts: int, settings: AdmissionSettings) -> None:
+        self.s = settings
+        self.scores = np.zeros((layers, experts), dtype=np.float64)
+        self.counts = np.zeros((layers, experts), dtype=np.int64)  # lifetime routing (hot-set ranking)
+        self.pending: set[Key] = set()
+        self._since = 0
+
+    @property
+    def frozen(self) -> bool:
+        return self.s.refresh_every == 0
+
+    def observe(self, layer: int, experts: list[int] | np.ndarray, weight: float = 1.0) -> None:
+        idx = np.asarray(experts, dtype=np.int64)
+        np.add.at(self.scores[layer], idx, weight)
+        np.add.at(self.counts[layer], idx, 1)
+
+    def observe_prompt(self, routing: np.ndarray) -> None:
+        """routing: int [tokens, layers, k] expert ids of a processed prompt."""
+        t = routing.shape[0]
+        if t == 0:
+            return
+        w = min(1.0, self.s.prefill_weight / t)
+        for layer in range(routing.shape[1]):
+            self.observe(layer, routing[:, layer].reshape(-1), w)
+
+    def prompt_weight(self, n_tokens: int) -> float:
+        return min(1.0, self.s.prefill_weight / max(1, n_tokens))
+
+    def token_done(self, pool: SlotPool) -> bool:
+        """Count a processed token; refresh the candidates when due. True if refreshed."""
+        if self.frozen:
+            return False
+        self._since += 1
+        if self._since < self.s.refresh_every:
+            return False
+        self.refresh(pool)
+        return True
+
+    def refresh(self, pool: SlotPool) -> list[Key]:
+        self.scores *= 0.5 ** (self._since / self.s.half_life)
+        self._since = 0
+        cand: list[Key] = []
+        if self.s.refresh_m > 0:
+            flat = self.scores.reshape(-1)
+            e = self.scores.shape[1]
+            order = np.lexsort((np.arange(flat.size), -flat))
+            for i in order:
+                if flat[i] <= 0 or len(cand) >= self.s.refresh_m:
+                    break
+                key = (int(i) // e, int(i) % e)
+                if not pool.is_tracked(key):
+                    cand.append(key)
+        self.pending = set(cand)
+        return cand
+
+    def wants(self, key: Key) -> bool:
+        return key in self.pending
+
+    def admitted(self, key: Key) -> None:
+        self.pending.discard(key)
+
+
+class Copier(Protocol):
+    """Moves one capture buffer into one VRAM slot, ordered after all GPU work issued so far."""
+
+    def start(self, slot: int, buffer: int) -> object: ...
+
+    def done(self, handle: object) -> bool: ...
+
+
+@dataclass
+class AdmissionStats:
+    admissions: int = 0
+    evictions: int = 0
+    rejected: int = 0  # captured, but no slot scored low enough to give way
+    landed: int = 0
+    per_token: list[int] = field(default_factory=list)
+
+
+class Residency:
+    """Glue between the pool, the policy, the capture buffers and a copier."""
+
+    def __init__(self, pool: SlotPool, policy: AdmissionPolicy, copier: Copier, n_buffers: int) -> None:
+        self.pool = pool
+        self.policy = policy
+        self.copier = copier
+        self.free_buffers = list(range(n_buffers))
+        self.inflight: list[tuple[int, int, object]] = []  # (slot, buffer, handle)
+        self.stats = AdmissionStats()
+
+    def captures_for(self, layer: int, misses: list[int]) -> dict[int, int]:
+        """expert -> capture buffer, for this layer's misses that are admission candidates."""
+        out: dict[int, int] = {}
+        for e in misses:
+            key = (layer, e)
+            if self.free_buffers and self.policy.wants(key) and not self.pool.is_tracked(key):
+                out[e] = self.free_buffers.pop()
+        return out
+
+    def after_compute(self, layer: int, captured: dict[int, int]) -> int:
+        """The CPU kernel filled these buffers: start their copies. Returns copies started."""
+        started = 0
+        for e, buf in captured.items():
+            key = (layer, e)
+            slot = self.pool.pick_victim(self.policy.scores, below=float(self.policy.scores[key]))
+            if slot is None:
+                self.free_buffers.append(buf)
+                self.stats.rejected += 1
+                self.policy.admitted(key)  # not worth a slot now; the next refresh may retry
+                continue
+            if self.pool.begin_copy(slot, key) is not None:
+                self.stats.evictions += 1
+            self.policy.admitted(key)
+            self.inflight.append((slot, buf, self.copier.start(slot, buf)))
+            self.stats.admissions += 1
+            started += 1
+        return started
+
+    def poll(self) -> int:
+        """Flip the slot table for copies that have landed. Returns how many landed."""
+        landed = 0
+        keep = []
+        for slot, buf, handle in self.inflight:
+            if self.copier.done(handle):
+                self.pool.finish_copy(slot)
+                self.free_buffers.append(buf)
+                landed += 1
+            else:
+                keep.append((slot, buf, handle))
+        self.inflight = keep
+        self.stats.landed += landed
+        return landed

@@ -1,0 +1,277 @@
+"""The hybrid GPU backend behind engine/session.py (see engine/backend.py for the protocol).
+
+``GpuBackend.create(checkpoint, settings)`` raises :class:`GpuUnavailable` with a sentence
+for the user when there is no CUDA device, the GPU is unsupported, Triton is missing, or the
+VRAM plan does not fit; the session then falls back to the CPU engine. Decode runs through
+:class:`~engine.gpu.decoder.Decoder`; prompts are fed token by token through the same path
+(the layer-major prompt path is a separate piece of work).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..checkpoint import Checkpoint
+from ..settings import EngineSettings
+from ..types import Telemetry
+
+log = logging.getLogger(__name__)
+ProgressFn = Callable[[int, int], None]
+LoadProgress = Callable[[str, float], None]
+MAX_CHECKPOINTS = 8
+MIN_CAPABILITY = (8, 0)
+
+
+class GpuUnavailable(RuntimeError):
+    """The GPU backend cannot run here; the message says why (shown to the user)."""
+
+
+def hot_set_path(fingerprint: str) -> Path:
+    base = os.environ.get("NEURAL_CACHE_DIR")
+    if base is None:
+        try:
+            from platformdirs import user_cache_dir
+
+            base = user_cache_dir("neural")
+        except ImportError:
+            base = str(Path.home() / ".cache" / "neural")
+    return Path(base) / f"hotset-{fingerprint}.npy"
+
+
+class GpuBackend:
+    name = "gpu-hybrid"
+
+    def __init__(self, ck: Checkpoint, settings: EngineSettings, device: torch.device, interpret: bool,
+                 use_graphs: bool, progress: LoadProgress | None, prefer_native: bool,
+                 hot_set_file: Path | None) -> None:
+        from .admission import AdmissionPolicy, AdmissionSettings, Residency
+        from .budget import plan_vram
+        from .core import GpuCore
+        from .cpu_experts import make_miss_experts
+        from .decoder import CudaCopier, Decoder, SyncCopier
+        from .pool import SlotPool
+
+        cfg = ck.config
+        self.ck = ck
+        self.settings = settings
+        self.plan = plan_vram(cfg, settings.context, settings.kv_ring, settings.vram_budget_gib, settings.pool_gib,
+                              settings.static_slots, settings.scratch_slots)
+        self.core = GpuCore(ck, self.plan, settings.context, settings.kv_ring, device, interpret=interpret,
+                            progress=progress)
+        adm = AdmissionSettings(settings.refresh_every, settings.refresh_m, settings.prefill_weight,
+                                capture_buffers=max(1, min(16, settings.refresh_m)))
+        sb = self.plan.slot_bytes
+        self.capture = torch.zeros((adm.capture_buffers, sb), dtype=torch.uint8, pin_memory=self.core.cuda)
+        capture_np = [self.capture[i].numpy() for i in range(adm.capture_buffers)]
+        self.pool = SlotPool(self.plan.n_slots, 0, self.core.np_table)
+        self.policy = AdmissionPolicy(cfg.num_hidden_layers, cfg.num_local_experts, adm)
+        copier = CudaCopier(self.core, self.capture) if self.core.cuda else SyncCopier(self.core, self.capture)
+        self.residency = Residency(self.pool, self.policy, copier, adm.capture_buffers)
+        self.misses = make_miss_experts(ck, self.core.layout, settings.threads(), prefer_native)
+        self.decoder = Decoder(self.core, self.misses, self.pool, self.policy, self.residency, capture_np)
+        self.ids: list[int] = []
+        self.checkpoints: list = []
+        self.hot_set_file = hot_set_file
+        self.hot_set_installed = False
+        if hot_set_file is not None and hot_set_file.is_file():
+            try:
+                counts = np.load(hot_set_file)
+                if counts.shape == self.policy.counts.shape:
+                    self.policy.counts[:] = counts
+                    self.install_hot_set()
+            except (OSError, ValueError) as exc:
+                log.warning("ignoring unreadable hot set %s (%s)", hot_set_file, exc)
+        if use_graphs and self.core.cuda:
+            if progress is not None:
+                progress("Compiling and capturing GPU graphs", 0.95)
+            self.core.capture_graphs()
+        log.info("GPU backend: %s; CPU misses: %s", self.plan.describe(), self.misses.name)
+
+    # ---- construction ---------------------------------------------------------------------
+    @classmethod
+    def create(cls, ck: Checkpoint, settings: EngineSettings, progress: LoadProgress | None = None, *,
+               interpret: bool = False, use_graphs: bool = True, prefer_native: bool = True,
+               hot_set_file: Path | bool | None = True) -> GpuBackend:
+        """Build the backend or raise GpuUnavailable. ``interpret`` runs the same kernels on the
+        CPU under TRITON_INTERPRET=1 (tests only)."""
+        if interpret:
+            if os.environ.get("TRITON_INTERPRET") != "1":
+                raise GpuUnavailable("interpret mode needs TRITON_INTERPRET=1 before Triton is imported")
+            device = torch.device("cpu")
+        else:
+            if not torch.cuda.is_available():
+                raise GpuUnavailable("no CUDA device (PyTorch was built without CUDA or no NVIDIA GPU is visible)")
+            cap = torch.cuda.get_device_capability()
+            if cap < MIN_CAPABILITY:
+                raise GpuUnavailable(f"{torch.cuda.get_device_name()} (compute capability {cap[0]}.{cap[1]}) is "
+                                     f"not supported; the GPU path needs {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} "
+                                     "or newer (RTX 30xx and later)")
+            device = torch.device("cuda")
+        try:
+            import triton  # noqa: F401
+        except ImportError as exc:
+            raise GpuUnavailable(f"Triton is not installed ({exc})") from exc
+        from .budget import PlanError, plan_vram
+
+        try:
+            plan = plan_vram(ck.config, settings.context, settings.kv_ring, settings.vram_budget_gib,
+                             settings.pool_gib, settings.static_slots, settings.scratch_slots)
+        except PlanError as exc:
+            raise GpuUnavailable(str(exc)) from exc
+        if device.type == "cuda":
+            free, _total = torch.cuda.mem_get_info()
+            need = plan.total - plan.overhead
+            if need > free:
+                raise GpuUnavailable(f"the GPU has {free / 2**30:.2f} GiB free, the plan needs {need / 2**30:.2f} GiB "
+                                     f"({plan.describe()}); lower vram_budget_gib or pool_gib")
+        path = hot_set_path(ck.fingerprint()) if hot_set_file is True else (hot_set_file or None)
+        try:
+            return cls(ck, settings, device, interpret, use_graphs, progress, prefer_native, path)
+        except torch.cuda.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            raise GpuUnavailable(f"out of GPU memory while loading ({exc})") from exc
+        except ValueError as exc:  # e.g. kv_ring below the window
+            raise GpuUnavailable(str(exc)) from exc
+
+    # ---- residency --------------------------------------------------------------------------
+    def install_hot_set(self, keys: list[tuple[int, int]] | None = None) -> int:
+        """Fill the static slots with the hot set (default: ranked from the routing counts so far)
+        and turn the rest of the pool adaptive. Returns the number of static experts."""
+        from .admission import rank_hot_set
+        from .pool import SlotPool
+
+        self.drain()
+        if keys is None:
+            keys = rank_hot_set(self.policy.counts, self.plan.n_static)
+        keys = keys[: self.plan.n_static]
+        self.pool = SlotPool(self.plan.n_slots, len(keys), self.core.np_table)
+        self.residency.pool = self.pool
+        self.decoder.pool = self.pool
+        lay, core = self.core.layout, self.core
+        nbuf = self.capture.shape[0]
+        for start in range(0, len(keys), nbuf):
+            batch = keys[start : start + nbuf]
+            for j, (layer, e) in enumerate(batch):
+                lay.pack_expert(self.ck, layer, e, self.capture[j].numpy())
+            for j, key in enumerate(batch):
+                slot = start + j
+                self.pool.begin_copy(slot, key)
+                core.slot_view(slot).copy_(self.capture[j], non_blocking=core.cuda)
+            if core.cuda:
+                torch.cuda.synchronize()
+            for j in range(len(batch)):
+                self.pool.finish_copy(start + j)
+        self.hot_set_installed = True
+        return len(keys)
+
+    def save_hot_set(self) -> None:
+        if self.hot_set_file is None:
+            return
+        try:
+            self.hot_set_file.parent.mkdir(parents=True, exist_ok=True)
+            np.save(self.hot_set_file, self.policy.counts)
+        except OSError as exc:
+            log.warning("could not save the hot set to %s (%s)", self.hot_set_file, exc)
+
+    def drain(self) -> None:
+        """Wait for admission copies in flight and flip their slots."""
+        if self.core.cuda:
+            torch.cuda.synchronize()
+        self.residency.poll()
+
+    # ---- Backend protocol -------------------------------------------------------------------
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+    def truncate(self, n: int) -> None:
+        n = max(0, n)
+        if n >= len(self.ids):
+            return
+        kv = self.core.kv
+        self.checkpoints = [cp for cp in self.checkpoints if cp.length <= n]
+        if n >= kv.min_rewind(len(self.ids)):
+            del self.ids[n:]
+            return
+        keep = self.ids[:n]
+        if any(t < 0 for t in keep):
+            raise ValueError("cannot rewind a loaded state this far without its token ids (call set_ids first)")
+        cp = self.checkpoints[-1] if self.checkpoints else None  # the latest ring checkpoint at or before n
+        start = 0
+        if cp is not None:
+            kv.restore(cp)
+            start = cp.length
+        self.ids = keep[:start]
+        if start < n:  # re-run what the rings lost since the checkpoint
+            self._run(keep[start:n])
+
+    def set_ids(self, ids: list[int]) -> None:
+        """Tell the backend which tokens a loaded state holds (lets truncate re-run from a checkpoint)."""
+        if len(ids) != len(self.ids):
+            raise ValueError(f"{len(ids)} ids for a state of {len(self.ids)} tokens")
+        self.ids = [int(t) for t in ids]
+
+    def _run(self, ids: list[int], progress: ProgressFn | None = None) -> None:
+        w = self.policy.prompt_weight(len(ids)) if len(ids) > 1 else 1.0
+        for j, tok in enumerate(ids):
+            pos = len(self.ids)
+            if pos >= self.settings.context:
+                raise ValueError(f"context of {self.settings.context} tokens is full")
+            self.decoder.step(int(tok), pos, prompt_weight=w)
+            self.ids.append(int(tok))
+            if progress is not None and (j + 1 == len(ids) or (j + 1) % 16 == 0):
+                progress(j + 1, len(ids))
+
+    def forward(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
+        if not ids:
+            raise ValueError("forward needs at least one token")
+        self._run(ids, progress)
+        if len(ids) > 1 and self.core.kv.sliding:
+            self.checkpoints.append(self.core.kv.checkpoint(len(self.ids)))
+            self.checkpoints = self.checkpoints[-MAX_CHECKPOINTS:]
+        if not self.hot_set_installed and self.plan.n_static and len(self.ids) >= 64:
+            self.install_hot_set()  # calibrate the static set from what this model has routed so far
+            self.save_hot_set()
+        return self.core.logits.to("cpu", copy=True)
+
+    def sample_next(self, token: int, temperature: float = 0.0, seed: int = 0) -> int:
+        """Process ``token`` and sample the next one inside the tail graph (greedy at 0)."""
+        pos = len(self.ids)
+        out = self.decoder.step(int(token), pos, temperature=temperature, seed=seed)
+        self.ids.append(int(token))
+        return out
+
+    def fill_telemetry(self, t: Telemetry) -> None:
+        st = self.decoder.stats
+        t.backend = f"{self.name} ({self.misses.name})"
+        t.slots = self.pool.occupancy()
+        t.slot_hits = [[float(x) for x in row] for row in st.per_layer_kinds]
+        t.vram_hit_rate = st.hits / st.routed if st.routed else 0.0
+        t.phases_ms = st.phases_ms()
+        if st.wall > 0:
+            t.decode_tps = st.tokens / st.wall
+        if self.core.cuda:
+            t.vram_used_bytes = int(torch.cuda.memory_allocated())
+            t.vram_reserved_bytes = int(torch.cuda.memory_reserved())
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        self.drain()
+        return self.core.kv.export(len(self.ids))
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], length: int) -> None:
+        self.core.kv.load(tensors, length)
+        self.ids = [-1] * length  # unknown until set_ids(); only needed to re-run past a checkpoint
+        self.checkpoints = [self.core.kv.checkpoint(length)] if self.core.kv.sliding else []
+
+    def close(self) -> None:
+        self.drain()
+        if self.hot_set_installed:
+            self.save_hot_set()
+        self.ids = []
+        self.checkpoints = []

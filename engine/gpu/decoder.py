@@ -1,0 +1,184 @@
+"""One decode step of the hybrid engine: GPU core per layer, CPU misses in between.
+
+Per layer the host replays the layer's graph (attention, router, resident-expert GEMVs),
+spins until the router has published the routing in pinned memory, runs the native kernel
+for the non-resident experts (writing its result where the next layer's graph reads it
+zero-copy), and starts admission copies for captured candidates. The GPU computes the
+resident experts meanwhile. After the last layer the tail graph picks the token.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .admission import AdmissionPolicy, Residency
+from .core import GpuCore
+from .cpu_experts import MissExperts
+from .pool import SlotPool
+
+SPIN_TIMEOUT_S = 30.0
+
+
+class GpuStall(RuntimeError):
+    """The GPU did not publish a result in time (driver hang, or a kernel fault)."""
+
+
+class CudaCopier:
+    """Uploads a pinned capture buffer into a slot on a copy stream, ordered after all work
+    issued so far on the compute stream (so an evicted slot's last readers have finished)."""
+
+    def __init__(self, core: GpuCore, buffers: torch.Tensor) -> None:
+        self.core = core
+        self.buffers = buffers
+        self.stream = torch.cuda.Stream()
+
+    def start(self, slot: int, buffer: int) -> object:
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream())
+        self.stream.wait_event(ready)
+        with torch.cuda.stream(self.stream):
+            self.core.slot_view(slot).copy_(self.buffers[buffer], non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        return done
+
+    def done(self, handle: object) -> bool:
+        assert isinstance(handle, torch.cuda.Event)
+        return bool(handle.query())
+
+
+class SyncCopier:
+    """Interpreter/CPU mode: the copy happens at once."""
+
+    def __init__(self, core: GpuCore, buffers: torch.Tensor) -> None:
+        self.core = core
+        self.buffers = buffers
+
+    def start(self, slot: int, buffer: int) -> object:
+        self.core.slot_view(slot).copy_(self.buffers[buffer])
+        return None
+
+    def done(self, handle: object) -> bool:
+        return True
+
+
+@dataclass
+class StepStats:
+    """Accumulated per-phase host times (seconds) and hit counts since the last reset."""
+
+    tokens: int = 0
+    wall: float = 0.0
+    launch: float = 0.0
+    gpu_wait: float = 0.0
+    cpu: float = 0.0
+    admission: float = 0.0
+    tail: float = 0.0
+    hits: int = 0
+    routed: int = 0
+    last_hit_rate: float = 0.0
+    per_layer_kinds: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # static hits, adaptive hits, misses
+
+    def phases_ms(self) -> dict[str, float]:
+        n = max(self.tokens, 1)
+        return {"token": 1e3 * self.wall / n, "launch": 1e3 * self.launch / n, "gpu_wait": 1e3 * self.gpu_wait / n,
+                "cpu_experts": 1e3 * self.cpu / n, "admission": 1e3 * self.admission / n,
+                "tail": 1e3 * self.tail / n}
+
+
+class Decoder:
+    def __init__(self, core: GpuCore, misses: MissExperts, pool: SlotPool, policy: AdmissionPolicy,
+                 residency: Residency, capture_np: list[np.ndarray]) -> None:
+        self.core = core
+        self.misses = misses
+        self.pool = pool
+        self.policy = policy
+        self.residency = residency
+        self.capture_np = capture_np
+        self.step_no = 0
+        self.stats = StepStats(per_layer_kinds=np.zeros((core.cfg.num_hidden_layers, 3)))
+        self.record_routing: list[np.ndarray] | None = None  # [layers, k] per step when set
+
+    def _wait(self, index: int, step: int) -> None:
+        flags = self.core.np_flags
+        if flags[index] == step:
+            return
+        deadline = time.perf_counter() + SPIN_TIMEOUT_S
+        n = 0
+        while flags[index] != step:
+            n += 1
+            if n & 0xFFFF == 0 and time.perf_counter() > deadline:
+                raise GpuStall(f"GPU did not publish layer {index} of step {step} within {SPIN_TIMEOUT_S:.0f} s")
+
+    def step(self, token: int, pos: int, temperature: float = 0.0, seed: int = 0, prompt_weight: float = 1.0) -> int:
+        """Run one token at ``pos``; returns the sampled token id (greedy at temperature 0).
+        The fp32 logits stay in ``core.logits``."""
+        c = self.core
+        cfg = c.cfg
+        k = cfg.num_experts_per_tok
+        bt = c.kern.block_t
+        st = self.stats
+        t0 = time.perf_counter()
+        self.step_no = (self.step_no % 2_000_000_000) + 1
+        step = self.step_no
+        ctrl = c.np_ctrl
+        ctrl[0], ctrl[1], ctrl[2], ctrl[3] = pos, step, token, seed & 0x7FFFFFFF
+        ctrl[4] = np.float32(temperature).view(np.int32)
+        c.np_embed[:] = c.embed_table[token]
+        ta = time.perf_counter()
+        self.residency.poll()
+        st.admission += time.perf_counter() - ta
+        routing = np.zeros((cfg.num_hidden_layers, k), dtype=np.int64) if self.record_routing is not None else None
+        hits = 0
+        for layer in range(cfg.num_hidden_layers):
+            tl0 = time.perf_counter()
+            c.run_layer(layer)
+            tl1 = time.perf_counter()
+            self._wait(layer, step)
+            tl2 = time.perf_counter()
+            r = c.np_route[layer]
+            ids = r[:k].copy()
+            weights = r[bt : bt + k].view(np.float32).copy()
+            slots = r[2 * bt : 2 * bt + k]
+            hit = slots >= 0
+            nh = int(hit.sum())
+            ns = int((hit & (slots < self.pool.n_static)).sum())
+            hits += nh
+            kinds = st.per_layer_kinds[layer]
+            kinds[0] += ns
+            kinds[1] += nh - ns
+            kinds[2] += k - nh
+            miss_ids = [int(e) for e in ids[~hit]]
+            caps = self.residency.captures_for(layer, miss_ids) if miss_ids and not self.policy.frozen else {}
+            tl3 = time.perf_counter()
+            self.misses.compute(layer, c.np_t, miss_ids, weights[~hit], c.np_cpu_moe[layer % 2],
+                                {e: self.capture_np[b] for e, b in caps.items()})
+            tl4 = time.perf_counter()
+            if caps:
+                self.residency.after_compute(layer, caps)
+            self.policy.observe(layer, ids, prompt_weight)
+            if routing is not None:
+                routing[layer] = ids
+            tl5 = time.perf_counter()
+            st.launch += tl1 - tl0
+            st.gpu_wait += tl2 - tl1
+            st.cpu += tl4 - tl3
+            st.admission += (tl3 - tl2) + (tl5 - tl4)
+        tt = time.perf_counter()
+        c.run_tail()
+        self._wait(cfg.num_hidden_layers, step)
+        st.tail += time.perf_counter() - tt
+        ta = time.perf_counter()
+        self.policy.token_done(self.pool)
+        st.admission += time.perf_counter() - ta
+        if routing is not None and self.record_routing is not None:
+            self.record_routing.append(routing)
+        st.tokens += 1
+        st.hits += hits
+        st.routed += k * cfg.num_hidden_layers
+        st.last_hit_rate = hits / (k * cfg.num_hidden_layers)
+        st.wall += time.perf_counter() - t0
+        return int(c.np_token[0])

@@ -1,0 +1,190 @@
+"""Slot pool and admission policy on synthetic routing traces (no GPU, deterministic)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.gpu.admission import AdmissionPolicy, AdmissionSettings, Residency, rank_hot_set
+from engine.gpu.pool import SlotPool, SlotState
+
+
+class FakeCopier:
+    """Copies land only when the test says so (or after ``delay`` polls)."""
+
+    def __init__(self, delay: int | None = 0) -> None:
+        self.delay = delay
+        self.started: list[tuple[int, int]] = []
+        self.ages: dict[int, int] = {}
+        self.released: set[int] = set()
+
+    def start(self, slot: int, buffer: int) -> object:
+        h = len(self.started)
+        self.started.append((slot, buffer))
+        self.ages[h] = 0
+        return h
+
+    def done(self, handle: object) -> bool:
+        assert isinstance(handle, int)
+        self.ages[handle] += 1
+        if self.delay is None:
+            return handle in self.released
+        return self.ages[handle] > self.delay
+
+
+def make(layers: int = 2, experts: int = 8, slots: int = 4, static: int = 2, **kw: float) -> tuple[
+        SlotPool, AdmissionPolicy, Residency, FakeCopier]:
+    table = np.full((layers, experts), -1, dtype=np.int32)
+    pool = SlotPool(slots, static, table)
+    s = AdmissionSettings(**{"refresh_every": 4, "refresh_m": 2, "prefill_weight": 16.0, "half_life": 64.0,
+                             "capture_buffers": 2, **kw})  # type: ignore[arg-type]
+    policy = AdmissionPolicy(layers, experts, s)
+    cop = FakeCopier(0)
+    return pool, policy, Residency(pool, policy, cop, s.capture_buffers), cop
+
+
+def fill_static(pool: SlotPool, keys: list[tuple[int, int]]) -> None:
+    for slot, key in zip(pool.free_slots(static=True), keys, strict=False):
+        pool.begin_copy(slot, key)
+        pool.finish_copy(slot)
+
+
+def run_trace(pool: SlotPool, policy: AdmissionPolicy, res: Residency, trace: list[list[list[int]]]) -> list[int]:
+    """trace[token][layer] = routed experts; returns admissions started per token."""
+    per_token = []
+    for routed in trace:
+        res.poll()
+        started = 0
+        for layer, ids in enumerate(routed):
+            misses = [e for e in ids if pool.slot_of((layer, e)) < 0]
+            caps = res.captures_for(layer, misses)
+            assert set(caps) <= set(misses)
+            started += res.after_compute(layer, caps)
+            policy.observe(layer, ids)
+            pool.check()
+        policy.token_done(pool)
+        per_token.append(started)
+    res.poll()
+    return per_token
+
+
+def test_hot_set_ranking_and_ties() -> None:
+    counts = np.array([[5, 0, 7, 5], [5, 9, 0, 1]])
+    assert rank_hot_set(counts, 4) == [(1, 1), (0, 2), (0, 0), (0, 3)]
+    assert rank_hot_set(counts, 100)[-1] == (1, 3)  # zero counts are never ranked
+    assert len(rank_hot_set(counts, 100)) == 6
+
+
+def test_trace_brings_the_conversations_experts_into_adaptive_slots() -> None:
+    pool, policy, res, _ = make()
+    fill_static(pool, [(0, 0), (1, 0)])
+    # every token routes experts 0 and 5 in layer 0, 0 and 6 in layer 1, plus noise
+    rng = np.random.default_rng(0)
+    trace = [[[0, 5, int(rng.integers(1, 5))], [0, 6, int(rng.integers(1, 5))]] for _ in range(40)]
+    run_trace(pool, policy, res, trace)
+    assert pool.slot_of((0, 5)) >= 2 and pool.slot_of((1, 6)) >= 2  # adaptive slots
+    assert pool.slot_of((0, 0)) == 0 and pool.slot_of((1, 0)) == 1  # static slots never move
+    occ = pool.occupancy()
+    assert occ == [(1, 1, 6), (1, 1, 6)]
+
+
+def test_admissions_per_refresh_never_exceed_m() -> None:
+    pool, policy, res, _ = make(slots=10, static=0, refresh_every=5, refresh_m=2, capture_buffers=8)
+    rng = np.random.default_rng(1)
+    trace = [[list(rng.choice(8, 3, replace=False)) for _ in range(2)] for _ in range(60)]
+    per_token = run_trace(pool, policy, res, trace)
+    for start in range(0, len(per_token), 5):
+        assert sum(per_token[start : start + 5]) <= 2
+    assert sum(per_token) > 0
+
+
+def test_frozen_residency_never_admits() -> None:
+    pool, policy, res, cop = make(refresh_every=0)
+    fill_static(pool, [(0, 1)])
+    before = pool.table.copy()
+    rng = np.random.default_rng(2)
+    run_trace(pool, policy, res, [[list(rng.choice(8, 3, replace=False)) for _ in range(2)] for _ in range(50)])
+    assert cop.started == [] and np.array_equal(pool.table, before)
+
+
+def test_slot_with_copy_in_flight_is_never_read_or_evicted() -> None:
+    pool, policy, res, cop = make(slots=3, static=0, refresh_every=1, refresh_m=3, capture_buffers=3)
+    cop.delay = None  # copies land only when released
+    policy.observe(0, [1, 2, 3], 10.0)
+    policy.refresh(pool)
+    caps = res.captures_for(0, [1, 2, 3])
+    assert len(caps) == 3
+    assert res.after_compute(0, caps) == 3
+    copying = pool.copying()
+    assert len(copying) == 3
+    for e in (1, 2, 3):
+        assert pool.slot_of((0, e)) == -1  # not readable while in flight
+    # even with a candidate scoring far higher, no slot in flight is handed out as a victim
+    policy.observe(1, [7], 1e9)
+    assert pool.pick_victim(policy.scores, below=1e12) is None
+    with pytest.raises(RuntimeError):
+        pool.begin_copy(copying[0], (1, 7))
+    assert res.poll() == 0 and pool.copying() == copying
+    cop.released.add(0)
+    assert res.poll() == 1
+    landed_slot, _ = cop.started[0]
+    assert pool.slots[landed_slot].state == SlotState.RESIDENT
+    assert pool.slot_of(pool.slots[landed_slot].key) == landed_slot  # type: ignore[arg-type]
+    pool.check()
+
+
+def test_eviction_clears_the_table_before_the_copy() -> None:
+    pool, policy, res, cop = make(slots=1, static=0, refresh_every=1, refresh_m=1, capture_buffers=1)
+    cop.delay = None
+    pool.begin_copy(0, (0, 4))
+    pool.finish_copy(0)
+    assert pool.slot_of((0, 4)) == 0
+    policy.observe(1, [2], 5.0)  # (1,2) outscores the resident (0,4), which has score 0
+    policy.refresh(pool)
+    res.after_compute(1, res.captures_for(1, [2]))
+    assert pool.slot_of((0, 4)) == -1 and pool.slot_of((1, 2)) == -1
+    assert res.stats.evictions == 1
+    cop.released.add(0)
+    res.poll()
+    assert pool.slot_of((1, 2)) == 0
+
+
+def test_victim_must_score_below_the_candidate() -> None:
+    pool, policy, res, _ = make(slots=1, static=0, refresh_every=1, refresh_m=1)
+    pool.begin_copy(0, (0, 4))
+    pool.finish_copy(0)
+    policy.observe(0, [4], 10.0)
+    policy.observe(1, [2], 5.0)
+    policy.refresh(pool)
+    res.after_compute(1, res.captures_for(1, [2]))
+    assert pool.slot_of((0, 4)) == 0 and res.stats.rejected == 1 and res.stats.admissions == 0
+    assert res.free_buffers == [1, 0] or sorted(res.free_buffers) == [0, 1]
+
+
+def test_static_slots_are_never_victims() -> None:
+    pool, policy, _, _ = make(slots=2, static=2)
+    fill_static(pool, [(0, 0), (0, 1)])
+    policy.observe(1, [3], 100.0)
+    assert pool.pick_victim(policy.scores, below=1e9) is None
+
+
+def test_capture_buffers_limit_concurrent_admissions() -> None:
+    pool, policy, res, cop = make(slots=6, static=0, refresh_every=1, refresh_m=6, capture_buffers=2)
+    cop.delay = None
+    policy.observe(0, [1, 2, 3, 4], 1.0)
+    policy.refresh(pool)
+    caps = res.captures_for(0, [1, 2, 3, 4])
+    assert len(caps) == 2
+    res.after_compute(0, caps)
+    assert res.captures_for(0, [3, 4]) == {}  # no buffer until a copy lands
+
+
+def test_prompt_weight_caps_a_long_prompts_influence() -> None:
+    _, policy, _, _ = make(prefill_weight=16.0)
+    routing = np.zeros((1000, 2, 3), dtype=np.int64)
+    routing[:, :, 0], routing[:, :, 1], routing[:, :, 2] = 1, 2, 3
+    policy.observe_prompt(routing)
+    assert policy.scores[0].sum() == pytest.approx(16.0 * 3)
+    short = np.ones((4, 2, 3), dtype=np.int64)
+    policy.observe_prompt(short)
+    assert policy.scores[1, 1] == pytest.approx(16.0 + 12.0)
