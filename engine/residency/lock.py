@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from . import os_memory
 from .budget import RamBudget, gib, human_bytes
 from .os_memory import OsCallError
-from .regions import ExpertKey, Mapping, Region
+from .regions import ExpertKey, Mapping, Region, as_mappings, live_spans
 from .resident import StoreResidency
 
 log = logging.getLogger(__name__)
@@ -51,36 +51,34 @@ def _limit_text() -> str:
     return "unlimited" if lim is None else human_bytes(lim)
 
 
-def lock_hot(mapping: Mapping, regions: Sequence[Region], budget_bytes: int) -> LockResult:
+def lock_hot(mappings: Mapping | Sequence[Mapping], regions: Sequence[Region], budget_bytes: int) -> LockResult:
     """Lock ``regions`` in order (hottest first) until ``budget_bytes``; never raises for a refusal."""
     budget = max(0, int(budget_bytes))
-    if budget == 0 or not regions or mapping.closed:
+    if budget == 0 or not regions:
         return LockResult("none", budget, 0)
-    limit = mapping.file_size()
-    picked: list[tuple[Region, int, int]] = []
+    fitting: list[Region] = []
     used = 0
     for r in regions:
-        off, n = mapping.clip(r, limit)
         if used + r.length > budget:
             break
         used += r.length
-        if n:
-            picked.append((r, off, n))
+        fitting.append(r)
+    picked = live_spans(as_mappings(mappings), fitting)
     if sys.platform.startswith("linux"):
-        return _mlock(mapping, picked, budget)
+        return _mlock(picked, budget)
     if sys.platform == "win32":
         return _ws_minimum(picked, budget)
     return LockResult("none", budget, 0, message=f"memory locking is not supported on {sys.platform}")
 
 
-def _mlock(mapping: Mapping, picked: list[tuple[Region, int, int]], budget: int) -> LockResult:
+def _mlock(picked: list[tuple[Region, int, int]], budget: int) -> LockResult:
     done: list[Region] = []
     locked = 0
     if not sys.platform.startswith("linux"):
         return LockResult("none", budget, 0)
-    for r, off, n in picked:
+    for r, addr, n in picked:
         try:
-            os_memory.mlock(mapping.address + off, n)
+            os_memory.mlock(addr, n)
         except OsCallError as exc:
             why = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             if exc.errno in _REFUSED:
@@ -109,20 +107,17 @@ def _ws_minimum(picked: list[tuple[Region, int, int]], budget: int) -> LockResul
     return LockResult("working-set-minimum", budget, total, tuple(r for r, _o, _n in picked), message=msg)
 
 
-def unlock(mapping: Mapping, regions: Iterable[Region]) -> int:
+def unlock(mappings: Mapping | Sequence[Mapping], regions: Iterable[Region]) -> int:
     """munlock ``regions``; returns bytes unlocked (errors are logged, not raised)."""
-    if mapping.closed or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return 0
-    limit = mapping.file_size()
     total = 0
-    for r in regions:
-        off, n = mapping.clip(r, limit)
-        if n:
-            try:
-                os_memory.munlock(mapping.address + off, n)
-                total += n
-            except OsCallError as exc:
-                log.debug("munlock %s: %s", r.key, exc)
+    for r, addr, n in live_spans(as_mappings(mappings), regions):
+        try:
+            os_memory.munlock(addr, n)
+            total += n
+        except OsCallError as exc:
+            log.debug("munlock %s: %s", r.key, exc)
     return total
 
 
@@ -139,9 +134,9 @@ class ReleasePolicy:
     Without pressure they stay, so an expert evicted from VRAM later is still in RAM (the audit's
     remaining first-answer faults were first touches of released experts)."""
 
-    def __init__(self, mapping: Mapping, residency: StoreResidency, budget: RamBudget | int,
+    def __init__(self, mappings: Mapping | Sequence[Mapping], residency: StoreResidency, budget: RamBudget | int,
                  locked: Iterable[ExpertKey] = ()) -> None:
-        self.mapping = mapping
+        self.mappings = as_mappings(mappings)
         self.residency = residency
         self.budget_bytes = budget.budget_bytes if isinstance(budget, RamBudget) else int(budget)
         self.locked = set(locked)
@@ -173,7 +168,7 @@ class ReleasePolicy:
             regs = self.residency.regions(k)
             held = int(self.residency.resident[k[0], k[1]])
             if k in self.locked:
-                unlock(self.mapping, regs)
+                unlock(self.mappings, regs)
                 self.locked.discard(k)
             self._make_cold(regs)
             out.released.append(k)
@@ -181,13 +176,7 @@ class ReleasePolicy:
         return out
 
     def _make_cold(self, regs: list[Region]) -> None:
-        if self.mapping.closed:
-            return
-        for r in regs:
-            off, n = self.mapping.clip(r)
-            if not n:
-                continue
-            addr = self.mapping.address + off
+        for r, addr, n in live_spans(self.mappings, regs):
             try:
                 if sys.platform.startswith("linux"):
                     try:

@@ -27,7 +27,15 @@ from .faults import FaultMeter, FaultSummary
 from .lock import LockResult, ReleasePolicy, ReleaseResult, lock_hot, unlock
 from .os_memory import FaultCounts
 from .ranking import ExpertRanking, WarmupPlan
-from .regions import ExpertKey, Mapping, Region, store_mapping, store_regions
+from .regions import (
+    ExpertKey,
+    Mapping,
+    Region,
+    as_mappings,
+    checkpoint_regions,
+    store_mapping,
+    store_regions,
+)
 from .resident import StoreResidency
 from .warmer import ProgressFn, Warmer, WarmProgress, prefetch
 
@@ -60,23 +68,23 @@ class ResidencyStats:
 
 
 class ResidencyManager:
-    def __init__(self, mapping: Mapping, regions: Sequence[Region], settings: Any = None, *,
+    def __init__(self, mappings: Mapping | Sequence[Mapping], regions: Sequence[Region], settings: Any = None, *,
                  hot: Iterable[ExpertKey] = (), ranking: ExpertRanking | None = None,
                  exclude: Iterable[ExpertKey] = (), engine_bytes: int = 0, mem: MemoryInfo | None = None,
                  progress: ProgressFn | None = None, prefetch_enabled: bool = False,
                  sample_interval_s: float = 0.25) -> None:
-        self.mapping = mapping
+        self.mappings = as_mappings(mappings)
         skip = set(exclude)
         cpu_store = sum(r.length for r in regions if r.key not in skip)
         self.budget = RamBudget.compute(cpu_store, settings, mem=mem, engine_bytes=engine_bytes)
-        self.residency = StoreResidency(mapping, regions)
+        self.residency = StoreResidency(self.mappings, regions)
         self.plan = WarmupPlan.build(regions, self.budget.budget_bytes, hot=hot, ranking=ranking, exclude=skip)
         self.warmer: Warmer | None = None
         if bool(getattr(settings, "warmup", True)) and self.plan.regions:
-            self.warmer = Warmer(mapping, self.plan, progress=progress, on_done=lambda _w: self._lock())
+            self.warmer = Warmer(self.mappings, self.plan, progress=progress, on_done=lambda _w: self._lock())
         self.meter = FaultMeter(exclude=self.warmer.faults if self.warmer else None)
         self.lock_result = LockResult("none", self.budget.lock_bytes, 0)
-        self.release = ReleasePolicy(mapping, self.residency, self.budget)
+        self.release = ReleasePolicy(self.mappings, self.residency, self.budget)
         self.prefetch_enabled = prefetch_enabled
         self._lock_thread: threading.Thread | None = None
         self._sampler: threading.Thread | None = None
@@ -89,6 +97,13 @@ class ResidencyManager:
     def for_store(cls, store: Any, settings: Any = None, **kw: Any) -> ResidencyManager:
         """For an open :class:`engine.store.reader.ExpertStore`."""
         return cls(store_mapping(store), store_regions(store), settings, **kw)
+
+    @classmethod
+    def for_checkpoint(cls, ck: Any, settings: Any = None, **kw: Any) -> ResidencyManager:
+        """For experts read straight from a checkpoint's shards (our own mappings, same page cache)."""
+        files, regions = checkpoint_regions(ck)
+        maps = [Mapping.open(f) for f in files]
+        return cls(maps, regions, settings, **kw)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -114,7 +129,7 @@ class ResidencyManager:
     def _lock(self) -> None:
         if self.budget.lock_bytes <= 0 or self._closed:
             return
-        self.lock_result = lock_hot(self.mapping, self.plan.regions, self.budget.lock_bytes)
+        self.lock_result = lock_hot(self.mappings, self.plan.regions, self.budget.lock_bytes)
         self.release.locked = self.lock_result.keys
         log.info("%s", self.lock_result.message)
 
@@ -133,8 +148,9 @@ class ResidencyManager:
             log.warning("residency threads still busy at close; leaving the store mapping open")
             return
         if self.lock_result.regions:
-            unlock(self.mapping, self.lock_result.regions)
-        self.mapping.close()
+            unlock(self.mappings, self.lock_result.regions)
+        for m in self.mappings:
+            m.close()
 
     # -- engine hooks ------------------------------------------------------------------------
     def compute_started(self) -> None:
@@ -168,7 +184,7 @@ class ResidencyManager:
         if not self.prefetch_enabled:
             return 0
         regs = [r for k in keys for r in self.residency.regions(k)]
-        return prefetch(self.mapping, regs)
+        return prefetch(self.mappings, regs)
 
     def experts_released(self, keys: Iterable[ExpertKey]) -> ReleaseResult:
         """Experts the CPU no longer reads (e.g. admitted to VRAM): they leave RAM only past the budget."""

@@ -1,6 +1,8 @@
-"""Where each expert's bytes sit in a memory-mapped store: regions and the mapping that holds them.
+"""Where each expert's bytes sit in memory-mapped files: regions and the mappings that hold them.
 
-A :class:`Region` is one (layer, expert) record at ``offset``/``length`` inside one mapping.
+A :class:`Region` is (part of) one (layer, expert) at ``offset``/``length`` inside mapping number
+``file`` — the expert store is one file (one region per record), while the checkpoint's experts
+are six tensor slices per expert spread over shard files.
 A :class:`Mapping` gives the mapping's base address (for mincore/madvise/mlock) and, when it
 is backed by a file, the file's *current* size: touching a mapped page past the end of a file
 that was truncated after mapping raises SIGBUS, so everything that touches pages clips to it.
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ class Region:
     expert: int
     offset: int  # bytes from the start of the mapping
     length: int
+    file: int = 0  # index into the list of mappings
 
     @property
     def key(self) -> ExpertKey:
@@ -38,6 +41,10 @@ class Region:
 
 def total_bytes(regions: Iterable[Region]) -> int:
     return sum(r.length for r in regions)
+
+
+def file_order(r: Region) -> tuple[int, int]:
+    return (r.file, r.offset)
 
 
 class Mapping:
@@ -126,3 +133,50 @@ def store_regions(store: Any) -> list[Region]:
 def store_mapping(store: Any) -> Mapping:
     """A :class:`Mapping` over an open ExpertStore's buffer; the file size is re-checked before touching."""
     return Mapping.from_buffer(store.buf, path=store.path)
+
+
+
+def as_mappings(m: Mapping | Sequence[Mapping]) -> list[Mapping]:
+    return [m] if isinstance(m, Mapping) else list(m)
+
+
+def checkpoint_regions(ck: Any) -> tuple[list[Path], list[Region]]:
+    """Expert regions of a safetensors checkpoint (an :class:`engine.checkpoint.Checkpoint`):
+    six tensor slices per expert, over the shard files that hold them. Returns (files, regions);
+    open the files with :meth:`Mapping.open` — a second mapping shares the page cache with the
+    engine's, so warming, measuring and locking through it act on the same RAM."""
+    from ..checkpoint import EXPERT_PARTS
+    from ..safetensors_io import SafetensorsFile
+
+    cfg = ck.config
+    files: list[Path] = []
+    headers: dict[Path, SafetensorsFile] = {}
+    regions: list[Region] = []
+    for layer in range(cfg.num_hidden_layers):
+        for part in EXPERT_PARTS:
+            name = f"model.layers.{layer}.mlp.experts.{part}"
+            path = Path(ck.file_of(name))
+            if path not in headers:
+                headers[path] = SafetensorsFile(path)
+                files.append(path)
+            info = headers[path].tensors[name]
+            per = info.nbytes // cfg.num_local_experts
+            fi = files.index(path)
+            regions += [Region(layer, e, info.start + e * per, per, fi) for e in range(cfg.num_local_experts)]
+    return files, regions
+
+
+def live_spans(mappings: Sequence[Mapping], regions: Iterable[Region]) -> list[tuple[Region, int, int]]:
+    """(region, address, length) of the part of each region its file still backs; closed mappings skipped."""
+    limits: dict[int, int] = {}
+    out = []
+    for r in regions:
+        m = mappings[r.file]
+        if m.closed:
+            continue
+        if r.file not in limits:
+            limits[r.file] = m.file_size()
+        off, n = m.clip(r, limits[r.file])
+        if n:
+            out.append((r, m.address + off, n))
+    return out

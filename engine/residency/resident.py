@@ -20,36 +20,40 @@ import numpy as np
 
 from . import os_memory
 from .os_memory import PAGE
-from .regions import ExpertKey, Mapping, Region
+from .regions import ExpertKey, Mapping, Region, as_mappings, file_order
 
 _RUN_GAP = 1 << 20  # records closer than this share one mincore call
 
 
 def _runs(regions: list[Region]) -> list[list[int]]:
-    """Indices of ``regions`` (sorted by offset) grouped into nearly contiguous runs."""
+    """Indices of ``regions`` (sorted by file, offset) grouped into nearly contiguous runs of one file."""
     runs: list[list[int]] = []
-    end = -1
+    end, file = -1, -1
     for i, r in enumerate(regions):
-        if runs and r.offset - end <= _RUN_GAP:
+        if runs and r.file == file and r.offset - end <= _RUN_GAP:
             runs[-1].append(i)
         else:
             runs.append([i])
-        end = max(end, r.end)
+            end = -1
+        end, file = max(end, r.end), r.file
     return runs
 
 
 class StoreResidency:
-    """Resident bytes per (layer, expert) for records of one mapping."""
+    """Resident bytes per (layer, expert) for the regions of one or more mappings."""
 
-    def __init__(self, mapping: Mapping, regions: Sequence[Region], win_stride: int = 16) -> None:
+    def __init__(self, mappings: Mapping | Sequence[Mapping], regions: Sequence[Region],
+                 win_stride: int = 16) -> None:
         if not regions:
             raise ValueError("no regions to watch")
-        self.mapping = mapping
+        self.mappings = as_mappings(mappings)
+        if max(r.file for r in regions) >= len(self.mappings):
+            raise ValueError("a region names a file index without a mapping")
         self.layers = max(r.layer for r in regions) + 1
         self.experts = max(r.expert for r in regions) + 1
         self.win_stride = max(1, win_stride)
         self._by_layer: list[list[Region]] = [[] for _ in range(self.layers)]
-        for r in sorted(regions, key=lambda r: r.offset):
+        for r in sorted(regions, key=file_order):
             self._by_layer[r.layer].append(r)
         self._index: dict[ExpertKey, list[Region]] = {}
         for r in regions:  # a key may own several regions (e.g. one per tensor part)
@@ -58,7 +62,7 @@ class StoreResidency:
         self.missing_bytes = np.zeros((self.layers, self.experts), dtype=np.int64)  # beyond the mapping
         for r in regions:
             self.record_bytes[r.layer, r.expert] += r.length
-            _off, n = mapping.clip(r)
+            _off, n = self.mappings[r.file].clip(r)
             self.missing_bytes[r.layer, r.expert] += r.length - n
         self.resident = np.zeros((self.layers, self.experts), dtype=np.int64)
         self._next_layer = 0
@@ -119,8 +123,8 @@ class StoreResidency:
         return self.resident_bytes
 
     def _measure(self, regs: list[Region]) -> list[int]:
-        if self.mapping.closed or not regs:
-            return [0] * len(regs)
+        if not regs:
+            return []
         if sys.platform.startswith("linux"):
             return self._measure_mincore(regs)
         if sys.platform == "win32":
@@ -128,14 +132,17 @@ class StoreResidency:
         return [0] * len(regs)
 
     def _measure_mincore(self, regs: list[Region]) -> list[int]:
-        base = self.mapping.address
         out = [0] * len(regs)
         if not sys.platform.startswith("linux"):
             return out
-        order = sorted(range(len(regs)), key=lambda i: regs[i].offset)
+        order = sorted(range(len(regs)), key=lambda i: file_order(regs[i]))
         ordered = [regs[i] for i in order]
         for run in _runs(ordered):
-            spans = [self.mapping.clip(ordered[i]) for i in run]
+            m = self.mappings[ordered[run[0]].file]
+            if m.closed:
+                continue
+            base = m.address
+            spans = [m.clip(ordered[i]) for i in run]
             present = [(o, n) for o, n in spans if n]
             if not present:
                 continue
@@ -151,11 +158,12 @@ class StoreResidency:
         return out
 
     def _measure_ws(self, r: Region) -> int:  # pragma: no cover - Windows only
-        off, n = self.mapping.clip(r)
-        if not n:
+        m = self.mappings[r.file]
+        off, n = m.clip(r)
+        if not n or m.closed:
             return 0
         if sys.platform == "win32":
-            valid = os_memory.working_set_pages(self.mapping.address + off, n)
+            valid = os_memory.working_set_pages(m.address + off, n)
             sample = valid[:: self.win_stride]
             return int(n * sum(sample) / max(1, len(sample)))
         return 0

@@ -29,7 +29,7 @@ import numpy as np
 from . import os_memory
 from .os_memory import PAGE, ZERO_FAULTS, FaultCounts, OsCallError
 from .ranking import WarmupPlan
-from .regions import Mapping, Region
+from .regions import Mapping, Region, as_mappings, live_spans
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,11 @@ def touch_pages(view: np.ndarray, base_address: int, offset: int, length: int) -
 class Warmer:
     """Warms ``plan`` on a background thread; pause/resume/cancel from any thread."""
 
-    def __init__(self, mapping: Mapping, plan: WarmupPlan | Sequence[Region], progress: ProgressFn | None = None,
+    def __init__(self, mappings: Mapping | Sequence[Mapping], plan: WarmupPlan | Sequence[Region],
+                 progress: ProgressFn | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK, method: str = "auto",
                  on_done: Callable[[Warmer], None] | None = None, progress_every_s: float = 0.25) -> None:
-        self.mapping = mapping
+        self.mappings = as_mappings(mappings)
         self.regions = tuple(plan.regions if isinstance(plan, WarmupPlan) else plan)
         self.chunk = max(PAGE, chunk_bytes - chunk_bytes % PAGE)
         self.method = self._pick_method(method)
@@ -193,8 +194,8 @@ class Warmer:
 
     def _warm_region(self, r: Region) -> int:
         """Warm one record chunk by chunk; returns its bytes past the end of the file."""
-        limit = self.mapping.file_size()
-        off, n = self.mapping.clip(r, limit)
+        m = self.mappings[r.file]
+        off, n = m.clip(r, m.file_size())
         missing = r.length - n
         pos = off
         while pos < off + n:
@@ -202,7 +203,7 @@ class Warmer:
                 return missing
             step = min(self.chunk, off + n - pos)
             f0 = os_memory.read_faults(thread=True) if sys.platform.startswith("linux") else ZERO_FAULTS
-            self._warm_chunk(pos, step)
+            self._warm_chunk(m, pos, step)
             if sys.platform.startswith("linux"):
                 d = os_memory.read_faults(thread=True) - f0
                 with self._lock:
@@ -214,8 +215,7 @@ class Warmer:
             self._p = replace(self._p, done_bytes=self._p.done_bytes + missing)
         return missing
 
-    def _warm_chunk(self, off: int, n: int) -> None:
-        m = self.mapping
+    def _warm_chunk(self, m: Mapping, off: int, n: int) -> None:
         if m.view is None:
             raise RuntimeError("mapping closed during warm-up")
         if self.method == "populate" and sys.platform.startswith("linux"):
@@ -246,17 +246,15 @@ class Warmer:
         return self._buf
 
 
-def prefetch(mapping: Mapping, regions: Sequence[Region]) -> int:
+def prefetch(mappings: Mapping | Sequence[Mapping], regions: Sequence[Region]) -> int:
     """Ask the OS to start reading ``regions`` now (non-blocking); returns the bytes advised.
 
     madvise(WILLNEED) on Linux, PrefetchVirtualMemory on Windows. Clipped to the file's current
     size; failures are logged, never raised (a prefetch is only a hint). The design doc measured a
     per-kernel-call cold prefetch as neutral, so the engine keeps it off by default."""
-    if mapping.closed or not regions:
+    spans = [(a, n) for _r, a, n in live_spans(as_mappings(mappings), regions)]
+    if not spans:
         return 0
-    limit = mapping.file_size()
-    spans = [mapping.clip(r, limit) for r in regions]
-    spans = [(mapping.address + o, n) for o, n in spans if n]
     try:
         if sys.platform.startswith("linux"):
             for a, n in spans:

@@ -9,7 +9,7 @@ import pytest
 from conftest import linux_only
 
 from engine.checkpoint import Checkpoint
-from engine.residency import GIB, MemoryInfo, ResidencyManager, store_regions
+from engine.residency import GIB, Mapping, MemoryInfo, ResidencyManager, checkpoint_regions, store_regions
 from engine.settings import EngineSettings
 from engine.store.reader import ExpertStore
 from engine.store.writer import build_store
@@ -112,3 +112,38 @@ def test_prefetch_off_by_default(store):
     assert res.prefetch([(0, 0)]) == 0  # the design measured it neutral; opt-in
     assert res.stats().warm is None and res.stats().telemetry_fields()["warmup_state"] == "off"
     res.close()
+
+
+@pytest.fixture(scope="module")
+def sharded_checkpoint(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sharded")
+    write_synthetic_checkpoint(d, PRESETS["tiny"], seed=4, max_shard_bytes=64 << 10)  # several shard files
+    return d
+
+
+def test_checkpoint_regions_match_the_expert_views(sharded_checkpoint):
+    ck = Checkpoint.open(sharded_checkpoint)
+    files, regions = checkpoint_regions(ck)
+    assert len(files) > 1
+    assert len(regions) == 6 * ck.config.num_hidden_layers * ck.config.num_local_experts
+    maps = [Mapping.open(f) for f in files]
+    for layer, e in [(0, 0), (2, 5), (3, 7)]:
+        mine = sorted((bytes(maps[r.file].view[r.offset : r.end]) for r in regions if r.key == (layer, e)), key=len)
+        theirs = sorted((a.tobytes() for a in ck.expert_arrays(layer, e).values()), key=len)
+        assert mine == theirs
+    for m in maps:
+        m.close()
+    ck.close()
+
+
+def test_manager_over_checkpoint_shards(sharded_checkpoint):
+    ck = Checkpoint.open(sharded_checkpoint)
+    res = ResidencyManager.for_checkpoint(ck, EngineSettings(), mem=BIG, hot=[(1, 2)], sample_interval_s=0)
+    assert len(res.mappings) > 1 and res.plan.keys[0] == (1, 2)
+    res.start()
+    assert res.warmer is not None and res.warmer.join(10) and res.warmer.progress().state == "done"
+    assert res.residency.refresh() == res.residency.store_bytes  # every part of every expert, all shards
+    assert res.prefetch([(0, 0)]) == 0
+    res.close()
+    assert all(m.closed for m in res.mappings)
+    ck.close()

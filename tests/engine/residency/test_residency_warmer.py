@@ -25,11 +25,11 @@ class SpyWarmer(Warmer):
         self.chunks: list[int] = []
         self.delay = delay
 
-    def _warm_chunk(self, off: int, n: int) -> None:
+    def _warm_chunk(self, m: Mapping, off: int, n: int) -> None:
         self.chunks.append(off)
         if self.delay:
             time.sleep(self.delay)
-        super()._warm_chunk(off, n)
+        super()._warm_chunk(m, off, n)
 
 
 def region_of(regions: list[Region], off: int) -> tuple[int, int]:
