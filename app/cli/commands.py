@@ -13,6 +13,7 @@ MODULES: list[str] = [
     "app.cli.cmd_train_demo",
     "app.cli.cmd_serve",
     "app.cli.cmd_bench",
+    "app.cli.cmd_build_store",
     "app.cli.cmd_doctor",
     "app.cli.cmd_selftest",
     "app.cli.cmd_gui",
