@@ -7,6 +7,7 @@ Buffers handed to the kernel are pinned by the :class:`ExpertRef` that points at
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -188,7 +189,7 @@ def load_kernel() -> NativeKernel:
         if _error is not None:
             raise NativeUnavailable(_error)
         try:
-            from . import _neural_native as mod  # type: ignore[attr-defined]
+            mod = importlib.import_module(f"{__package__}._neural_native")
         except Exception as exc:  # ImportError, or an OSError from a broken shared library
             _error = (f"native expert kernel not built or not loadable ({type(exc).__name__}: {exc}); "
                       "reinstall with a C compiler present: pip install -e .")
