@@ -10,7 +10,9 @@ DEMO_SEED = 20261129
 
 
 def demo_model_dir() -> Path:
-    """The bundled tiny synthetic checkpoint (random weights), written on first use if absent."""
+    """The bundled demo model: a small gpt-oss trained by `neural train-demo` (docs/demo-model.md).
+    Should the folder be missing (a stripped checkout), a random-weight synthetic checkpoint of the
+    same kind is written instead and labelled as such."""
     if not (DEMO_DIR / "config.json").is_file():
         from engine.synth import PRESETS, write_synthetic_checkpoint
 

@@ -19,6 +19,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+    import os
+
+    # the CLI prints fallbacks itself; engine log lines would repeat them
+    logging.basicConfig(level=os.environ.get("NEURAL_LOG", "ERROR").upper())
     parser = build_parser()
     args = parser.parse_args(argv)
     run = getattr(args, "_run", None)
