@@ -227,4 +227,4 @@ class ChatView(QWidget):
 
     def _scroll_to_bottom(self) -> None:
         bar = self.scroll_area.verticalScrollBar()
-        QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))
+        QTimer.singleShot(0, self, lambda: bar.setValue(bar.maximum()))

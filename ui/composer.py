@@ -7,6 +7,7 @@ from ui.qt import QKeyEvent, QPlainTextEdit, QSizePolicy, Qt, QWidget, Signal
 
 class Composer(QPlainTextEdit):
     submitted = Signal()
+    escapePressed = Signal()  # also a window shortcut; this covers focus in the composer without one
 
     def __init__(self, parent: QWidget | None = None, max_lines: int = 10) -> None:
         super().__init__(parent)
@@ -19,6 +20,9 @@ class Composer(QPlainTextEdit):
         self._fit()
 
     def keyPressEvent(self, e: QKeyEvent) -> None:
+        if e.key() == Qt.Key.Key_Escape:
+            self.escapePressed.emit()
+            return
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
             mods = e.modifiers()
             if mods & Qt.KeyboardModifier.ShiftModifier:

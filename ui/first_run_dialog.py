@@ -20,8 +20,9 @@ class FirstRunDialog(QDialog):
             "<p>Neural runs OpenAI's <b>gpt-oss-120b</b> (or gpt-oss-20b) on this PC: the GPU holds the hottest "
             "experts, the CPU computes the rest from RAM.</p>"
             "<p><b>No model is configured yet.</b> You can:</p><ul>"
-            "<li><b>Try the demo model</b> — a tiny model with <i>random weights</i>, bundled with the app. It "
-            "answers with gibberish, but every part of the app works with it.</li>"
+            "<li><b>Try the demo model</b> — a tiny model with the gpt-oss architecture, bundled with the app. "
+            "It is <i>not</i> gpt-oss: its answers are short and often wrong, but every part of the app works "
+            "with it. The app always shows which model is answering.</li>"
             "<li><b>Choose the folder</b> of a downloaded gpt-oss checkpoint (e.g. "
             "<code>huggingface-cli download openai/gpt-oss-120b --local-dir gpt-oss-120b</code>, about 61 GB). "
             "The first load prepares its expert store, with a progress bar.</li></ul>")

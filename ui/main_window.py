@@ -38,6 +38,9 @@ class MainWindow(QMainWindow):
         self.theme = theme
         self.setWindowTitle("Neural")
         self.resize(1400, 860)
+        # An explicit minimum keeps the layout from resizing the window's limits on every content
+        # change (which also spams "propagateSizeHints" warnings on some platform plugins).
+        self.setMinimumSize(960, 600)
         self.renderer = MarkdownRenderer(theme)
 
         self.sidebar = ConversationList()
@@ -71,6 +74,7 @@ class MainWindow(QMainWindow):
         self.engine_status.fixRequested.connect(self.preferencesRequested.emit)
         self._build_menu()
         self.esc_shortcut = QShortcut(QKeySequence("Esc"), self, self._escape)
+        self.chat.composer.escapePressed.connect(self._escape)
 
     def _build_menu(self) -> None:
         m = self.menuBar().addMenu("&File")

@@ -90,7 +90,7 @@ class PreferencesDialog(QDialog):
                  demo_dir: Path | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Preferences")
-        self.setMinimumWidth(940)
+        self.setMinimumSize(900, 600)
         self._estimator = estimator
         self._cfg: ModelConfig | None = None
         self._initial = values

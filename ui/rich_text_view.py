@@ -94,4 +94,4 @@ class RichTextView(QTextBrowser):
                 self._copied = None
                 self.set_markdown(self.markdown)
 
-        QTimer.singleShot(1500, reset)
+        QTimer.singleShot(1500, self, reset)  # bound to self: never fires into a deleted view

@@ -51,8 +51,7 @@ class AppController(QObject):
                                    parent=self)
         self.chat.can_generate = self._can_generate
         self.chat.generationFinished.connect(self._generation_finished)
-        self.chat.generationStarted.connect(lambda _cid: (self._poll(), self._host_state(self.host.state,
-                                                                                         self.host.detail)))
+        self.chat.generationStarted.connect(self._generation_started)
         w.chat.effortChanged.connect(self._remember_effort)
 
         self.host.stateChanged.connect(self._host_state)
@@ -119,7 +118,7 @@ class AppController(QObject):
             elif dlg.choice == DEMO:
                 pass  # already loading
 
-        QTimer.singleShot(0, show)
+        QTimer.singleShot(0, self, show)
 
     def use_demo_model(self) -> None:
         bundled = bundled_demo_dir()
@@ -148,7 +147,7 @@ class AppController(QObject):
             r = self.settings.remote
             run = RemoteRun(RemoteBackend(r.base_url, r.api_key, r.model), conv, params, self)
             self.chat.backend_name = f"remote {r.base_url}"
-            return run.start()
+            return run
         eng = self.host.engine
         self.chat.backend_name = eng.telemetry().backend if eng is not None else ""
         return self.host.generate(cid, conv, params)
@@ -166,6 +165,10 @@ class AppController(QObject):
         if st == GENERATING:
             return False, "Still answering (the API server may be using the engine)."
         return False, "No model loaded: open Preferences to choose one, or use the demo model."
+
+    def _generation_started(self, _cid: str) -> None:
+        self._poll()
+        self._host_state(self.host.state, self.host.detail)
 
     def _generation_finished(self, done: object) -> None:
         from engine.types import Done
@@ -195,7 +198,7 @@ class AppController(QObject):
             text = f"Remote: {self.settings.remote.base_url}"
         elif self.host.engine is not None:
             info = self.host.engine.info
-            text = f"{info.name} · random weights (demo)" if info.note else info.name
+            text = f"{info.name} · {info.note}" if info.note else info.name
         else:
             text = ""
         self.window.chat.backend_label.setText(text)

@@ -35,10 +35,12 @@ class Run(Protocol):
     succeeded: Any
     failed: Any
 
+    def start(self) -> object: ...
+
     def cancel(self) -> None: ...
 
 
-# (conversation id, conversation, params) -> a started run
+# (conversation id, conversation, params) -> a run, not started yet
 StartFn = Callable[[str, Conversation, GenerationParams], Run]
 
 
@@ -274,6 +276,7 @@ class ChatController(QObject):
         run.progress.connect(self._on_event)
         run.succeeded.connect(self._on_done)
         run.failed.connect(self._on_failed)
+        run.start()  # only now: a queued signal emitted before connect() would be dropped
         self.chat.set_generating(True)
         if cid == self.current_id:
             self.render_thread()

@@ -161,6 +161,7 @@ class LocalEngineHost(QObject):
             self._owner = None
 
     def generate(self, conversation_id: str, conv: Conversation, params: GenerationParams) -> GenerationRun:
+        """Prepare a generation; it runs once the caller has connected to it and called ``start()``."""
         eng = self.engine
         if eng is None:
             raise RuntimeError("no model is loaded")
@@ -202,8 +203,7 @@ class LocalEngineHost(QObject):
         run.failed.connect(lambda m, _tb: self._set_state(ERROR, f"Generation failed: {m}", how_to_fix(m)))
         self._run = run
         self._set_state(GENERATING, f"{eng.info.name} on {eng.telemetry().backend}")
-        run.start()
-        return run
+        return run  # the caller connects its slots, then calls start(): no early event is lost
 
     def _generation_ended(self, conversation_id: str, eng: Engine) -> None:
         self._owner, self._owner_ids = conversation_id, eng.cached_ids

@@ -22,15 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SAMPLE = """Can you review this function? It should accept `2024-02-30` as invalid.
-
-```python
-from datetime import date
-
-def parse_iso(text: str) -> date:
-    year, month, day = (int(part) for part in text.split("-"))
-    return date(year, month, day)  # raises ValueError for 2024-02-30
-```"""
+SAMPLE = "Write a Python function that returns the median of a list of numbers."
 
 
 async def wait_until(cond: Callable[[], object], timeout: float, what: str) -> bool:
@@ -53,7 +45,7 @@ def save(widget: QWidget, path: Path) -> Path:
     return path
 
 
-async def run_tour(c: AppController, out: Path, answer_tokens: int = 160) -> list[Path]:
+async def run_tour(c: AppController, out: Path, answer_tokens: int = 200) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     shots: list[Path] = []
     w = c.window
@@ -67,7 +59,7 @@ async def run_tour(c: AppController, out: Path, answer_tokens: int = 160) -> lis
     await asyncio.sleep(0.6)  # a few telemetry polls into the decode
     shots.append(save(w.right_scroll, out / "residency-generating.png"))
     shots.append(save(w, out / "main-window-streaming.png"))
-    await wait_until(lambda: not c.chat.generating, 300, "the answer to finish")
+    await wait_until(lambda: not c.chat.generating, 600, "the answer to finish")
     await asyncio.sleep(0.4)
     shots.append(save(w, out / "main-window.png"))
 

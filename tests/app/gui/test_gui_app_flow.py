@@ -1,0 +1,164 @@
+"""The desktop app end to end on a real engine (tiny synthetic model, random weights)."""
+
+from __future__ import annotations
+
+from engine.state_file import load_state
+from engine.types import Done
+from ui.qt import Qt
+
+
+def _send(qtbot, c, text: str, timeout: int = 30000) -> Done:
+    with qtbot.waitSignal(c.chat.generationFinished, timeout=timeout) as blocker:
+        c.window.chat.composer.setPlainText(text)
+        qtbot.keyClick(c.window.chat.composer, Qt.Key.Key_Return)
+    done = blocker.args[0]
+    assert isinstance(done, Done)
+    return done
+
+
+def test_send_message_streams_answer(qtbot, make_app):
+    c = make_app(max_tokens=12)
+    widths: list[int] = []  # length of the streamed text each time the growing message re-rendered
+    renders: list[int] = []
+
+    def watch(_cid: str) -> None:
+        w = c.window.chat.widgets[-1]
+        orig = w._render_body
+
+        def spy() -> None:
+            orig()
+            renders.append(w.render_count)
+            widths.append(len(w.vm.content) + len(w.vm.reasoning))
+
+        w._render_body = spy
+
+    c.chat.generationStarted.connect(watch)
+    done = _send(qtbot, c, "Hello there")
+    assert done.finish_reason in ("length", "stop") and done.usage.completion_tokens >= 1
+    thread = c.store.thread(c.chat.current_id)
+    assert [m.role for m in thread] == ["user", "assistant"]
+    assert thread[0].content == "Hello there"
+    answer = thread[1]
+    assert answer.meta["usage"]["completion_tokens"] == done.usage.completion_tokens
+    shown = c.window.chat.widgets[-1]
+    assert shown.vm.id == answer.id and not shown.vm.streaming
+    assert shown.vm.content == answer.content and (answer.reasoning or "") == shown.vm.reasoning
+    assert "tokens" in shown.footer_label.text()
+    assert c.window.sidebar.ids() == [c.chat.current_id]
+    assert c.store.conversation(c.chat.current_id).title == "Hello there"
+    # the residency panel shows the CPU engine honestly and the last request's numbers
+    assert "CPU engine — no VRAM slots" in c.window.residency.no_slots_label.text()
+    assert c.window.residency.last_usage == done.usage
+    if widths:  # it streamed: the rendered text only ever grew
+        assert widths == sorted(widths)
+
+
+def test_stop_with_escape(qtbot, make_app):
+    c = make_app(max_tokens=2000, show=True)
+    c.window.activateWindow()
+    c.window.chat.composer.setPlainText("Write a long story")
+    with qtbot.waitSignal(c.chat.generationFinished, timeout=60000) as blocker:
+        qtbot.keyClick(c.window.chat.composer, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: c.chat.stream is not None and c.chat.stream.deltas >= 3, timeout=30000)
+        assert c.window.chat.stop_btn.isVisible()
+        qtbot.keyClick(c.window.chat.composer, Qt.Key.Key_Escape)
+    done = blocker.args[0]
+    assert done.finish_reason == "cancelled"
+    assert 3 <= done.usage.completion_tokens < 2000
+    answer = c.store.thread(c.chat.current_id)[-1]
+    assert answer.meta["finish_reason"] == "cancelled" and "stopped" in c.window.chat.widgets[-1].footer_label.text()
+    assert not c.chat.generating and c.window.chat.send_btn.isVisible()
+    # the engine is usable again right away
+    c.settings.max_tokens = 4
+    assert _send(qtbot, c, "Next").finish_reason in ("length", "stop")
+
+
+def test_regenerate_edit_and_switch_branches(qtbot, make_app):
+    c = make_app(max_tokens=4)
+    _send(qtbot, c, "First question")
+    cid = c.chat.current_id
+    u1, a1 = c.store.thread(cid)
+    with qtbot.waitSignal(c.chat.generationFinished, timeout=30000):
+        c.window.chat.widgets[-1].regen_btn.click()
+    u1b, a2 = c.store.thread(cid)
+    assert u1b.id == u1.id and a2.id != a1.id and a2.parent_id == u1.id
+    w = c.window.chat.widgets[-1]
+    assert w.branch_label.text() == "2 / 2" and w.prev_btn.isEnabled()
+    w.prev_btn.click()  # back to the first answer
+    assert [m.id for m in c.store.thread(cid)] == [u1.id, a1.id]
+    assert c.window.chat.widgets[-1].vm.id == a1.id and c.window.chat.widgets[-1].branch_label.text() == "1 / 2"
+    # edit and resend the question: a sibling of the first user message, answered on its own branch
+    c.window.chat.widgets[0].edit_btn.click()
+    assert c.window.chat.composer.toPlainText() == "First question" and c.window.chat.banner.isVisibleTo(c.window)
+    done = _send(qtbot, c, "First question, rephrased")
+    assert done.finish_reason in ("length", "stop")
+    e1, e2 = c.store.thread(cid)
+    assert e1.content == "First question, rephrased" and e1.parent_id is None and e2.parent_id == e1.id
+    assert c.window.chat.widgets[0].branch_label.text() == "2 / 2"
+    c.window.chat.widgets[0].prev_btn.click()
+    # the original question shows the branch it was last on (its newest answer)
+    assert c.store.thread(cid)[0].content == "First question"
+    assert len(c.store.messages(cid)) == 5
+    md = c.chat.export_markdown(cid)
+    assert md.startswith("# First question") and "## You" in md and "## Assistant" in md
+
+
+def test_conversation_resumes_after_restart_without_reprocessing(qtbot, make_app, tmp_path):
+    home = tmp_path / "home"
+    c1 = make_app(home=home, max_tokens=5)
+    _send(qtbot, c1, "Remember the number 7")
+    cid = c1.chat.current_id
+    state_file = c1.host.state_path(cid)
+    assert state_file.is_file()
+    saved = load_state(state_file, c1.host.engine.info.fingerprint)
+    assert saved is not None
+    saved_ids = saved[0]
+    c1.window.close()
+    c1.shutdown()
+
+    # A new window on the same data dir: the newest conversation is shown again.
+    c2 = make_app(home=home, max_tokens=5)
+    assert c2.chat.current_id == cid
+    assert [w.vm.role for w in c2.window.chat.widgets] == ["user", "assistant"]
+    done = _send(qtbot, c2, "What was the number?")
+    eng = c2.host.engine
+    conv_ids = eng.render(_conversation_for(c2, cid, drop_last=True))
+    common = 0
+    for a, b in zip(saved_ids, conv_ids, strict=False):
+        if a != b:
+            break
+        common += 1
+    expected = min(common, len(conv_ids) - 1)
+    assert done.usage.prompt_tokens == len(conv_ids)
+    assert done.usage.cached_tokens == expected
+    # everything up to the first answer's text came from the saved state, not reprocessed
+    first_prompt = len(eng.render(_conversation_for(c2, cid, upto=1)))
+    assert done.usage.cached_tokens >= first_prompt
+    meta = c2.store.thread(cid)[-1].meta
+    assert meta.get("note", "").startswith("Resumed from saved state")
+
+
+def test_missing_state_is_reprocessed_and_said(qtbot, make_app, tmp_path):
+    home = tmp_path / "home"
+    c1 = make_app(home=home, max_tokens=4)
+    _send(qtbot, c1, "One")
+    cid = c1.chat.current_id
+    c1.host.state_path(cid).unlink()
+    c1.shutdown()
+    c2 = make_app(home=home, max_tokens=4)
+    done = _send(qtbot, c2, "Two")
+    assert done.usage.cached_tokens == 0
+    assert "processed again" in c2.store.thread(cid)[-1].meta["note"]
+    assert "processed again" in c2.window.chat.widgets[-1].note_label.text()
+
+
+def _conversation_for(c, cid: str, drop_last: bool = False, upto: int | None = None):
+    from engine.types import Conversation
+
+    thread = c.store.thread(cid)
+    if drop_last:
+        thread = thread[:-1]
+    if upto is not None:
+        thread = thread[:upto]
+    effort = c.store.conversation(cid).reasoning_effort
+    return Conversation(tuple(m.to_engine() for m in thread), reasoning_effort=effort)
