@@ -12,12 +12,12 @@ from .ranking import ExpertRanking, RankingError, WarmupPlan, ranking_path
 from .regions import ExpertKey, Mapping, Region, checkpoint_regions, store_mapping, store_regions
 from .resident import StoreResidency
 from .vram import VramRelease, VramReport, release_unused_vram, vram_report
-from .warmer import Warmer, WarmProgress, prefetch
+from .warmer import Warmer, WarmProgress, evict, prefetch
 
 __all__ = [
     "GIB", "ExpertKey", "ExpertRanking", "FaultCounts", "FaultMeter", "FaultSummary", "LockResult", "Mapping",
     "MemoryInfo", "OsCallError", "RamBudget", "RankingError", "Region", "ReleasePolicy", "ResidencyManager",
     "ResidencyStats", "StoreResidency", "VramRelease", "VramReport", "WarmProgress", "Warmer", "WarmupPlan",
-    "checkpoint_regions", "default_headroom", "lock_hot", "prefetch", "ram_advice", "ranking_path", "read_faults",
-    "release_unused_vram", "store_mapping", "store_regions", "unlock", "vram_report",
+    "checkpoint_regions", "default_headroom", "evict", "lock_hot", "prefetch", "ram_advice", "ranking_path",
+    "read_faults", "release_unused_vram", "store_mapping", "store_regions", "unlock", "vram_report",
 ]

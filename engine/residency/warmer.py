@@ -267,3 +267,26 @@ def prefetch(mappings: Mapping | Sequence[Mapping], regions: Sequence[Region]) -
         log.debug("prefetch hint refused: %s", exc)
         return 0
     return sum(n for _a, n in spans)
+
+
+def evict(mappings: Mapping | Sequence[Mapping], regions: Sequence[Region]) -> int:
+    """Drop ``regions`` from RAM as far as this process can (benchmarks and tests: a cold store
+    without root). Unmaps them from our page tables (MADV_DONTNEED, harmless for read-only file
+    mappings: the next touch reads the file again), then drops the clean cached pages
+    (POSIX_FADV_DONTNEED). Pages another mapping still maps stay; measure with StoreResidency.
+    Returns the bytes advised; Linux only (0 elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    maps = as_mappings(mappings)
+    total = 0
+    for r, addr, n in live_spans(maps, regions):
+        try:
+            os_memory.madvise(addr, n, os_memory.MADV_DONTNEED)
+            fd = maps[r.file].fd
+            if fd is not None:
+                a, span = os_memory.page_span(r.offset, n)
+                os_memory.fadvise_dontneed(fd, a, span)
+            total += n
+        except OSError as exc:
+            log.debug("evict %s: %s", r.key, exc)
+    return total
