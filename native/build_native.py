@@ -52,11 +52,12 @@ float neural_expf(float x);
 
 
 def compile_args() -> tuple[list[str], list[str]]:
-    if sys.platform == "win32" and "GCC" not in sys.version:
+    if sys.platform == "win32" and "GCC" not in sys.version:  # MSVC: see installer/README-native-windows.md
         return ["/O2", "/fp:precise"], []
-    return ["-O2", "-ffp-contract=off", "-fno-fast-math", "-std=gnu11", "-Wall", "-Wextra"], (
-        [] if sys.platform == "win32" else ["-pthread"]
-    )
+    flags = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-std=gnu11", "-Wall", "-Wextra"]
+    if sys.platform == "win32":  # MinGW: GCC cannot align spilled AVX values on the Win64 stack (bug 54412)
+        return [*flags, "-Wa,-muse-unaligned-vector-move"], []
+    return flags, ["-pthread"]
 
 
 def _relative(path: Path) -> str:

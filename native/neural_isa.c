@@ -42,6 +42,22 @@ void neural_decode_row(const uint8_t *codes, const uint8_t *scales, int G, float
 /* ------------------------------------------------------------------------------------------ */
 /* scalar                                                                                      */
 
+/* Correctly rounded fp32 fma without relying on the C runtime's fmaf (MinGW's is not always
+   correctly rounded): the product is exact in double, the sum is rounded to odd, then to float. */
+static float fma_exact(float a, float b, float c) {
+    double p = (double)a * (double)b, s = p + (double)c;
+    double bb = s - p, err = (p - (s - bb)) + ((double)c - bb); /* p + c == s + err exactly */
+    if (err != 0.0 && s - s == 0.0) {
+        uint64_t bits;
+        memcpy(&bits, &s, 8);
+        if ((bits & 1) == 0) { /* even: step one ulp towards the exact value, which makes it odd */
+            bits += ((err > 0) == (s > 0)) ? 1 : (uint64_t)-1;
+            memcpy(&s, &bits, 8);
+        }
+    }
+    return (float)s;
+}
+
 static float reduce16(float *a) {
     for (int i = 8; i >= 1; i >>= 1)
         for (int l = 0; l < i; l++) a[l] = a[l] + a[l + i];
@@ -57,8 +73,8 @@ static float dot_row_scalar(const uint8_t *codes, const uint8_t *sc, const float
         const float S = neural_scale2[sc[g]];
         for (int l = 0; l < 16; l++) {
             float d = neural_lut2[b[l] & 15] * zg[l];
-            d = fmaf(neural_lut2[b[l] >> 4], zg[16 + l], d);
-            acc[l] = fmaf(d, S, acc[l]);
+            d = fma_exact(neural_lut2[b[l] >> 4], zg[16 + l], d);
+            acc[l] = fma_exact(d, S, acc[l]);
         }
     }
     return reduce16(acc);
@@ -77,8 +93,8 @@ static void dotdec4_scalar(const float *dec, const float *scf, const float *cons
             const float *d32 = dec + 32 * g, *zg = z[t] + 32 * g;
             for (int l = 0; l < 16; l++) {
                 float d = d32[l] * zg[l];
-                d = fmaf(d32[16 + l], zg[16 + l], d);
-                acc[l] = fmaf(d, scf[g], acc[l]);
+                d = fma_exact(d32[16 + l], zg[16 + l], d);
+                acc[l] = fma_exact(d, scf[g], acc[l]);
             }
         }
         out[t] = reduce16(acc);
