@@ -88,7 +88,7 @@ def prepare_body(body: dict[str, Any], model: str | None = None, nonce: str | No
 
 @dataclass
 class RequestRecord:
-    session: int  # index in the mirrored order
+    session: int  # index in the mirrored order; warm-up sessions are negative
     endpoint: str
     request_index: int
     http_status: int | None
@@ -110,6 +110,7 @@ class RequestRecord:
     response_sha256: str
     request_file: str
     response_file: str
+    warmup: bool = False  # a warm-up session's request: archived, left out of the summaries
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,8 +145,12 @@ def _sha(data: bytes) -> str:
 
 async def run_replay(endpoints: list[Endpoint], bodies: list[dict[str, Any]], out_dir: Path, *, rounds: int = 2,
                      model: str | None = None, api_key: str | None = None, timeout_s: float = 3600.0,
-                     session_nonce: bool = False, log=print) -> list[RequestRecord]:
+                     session_nonce: bool = False, warmup_sessions: int = 0, log=print) -> list[RequestRecord]:
+    """Warm-up sessions (each endpoint in forward order, ``warmup_sessions`` times) come first;
+    their records are kept and archived but flagged, and summaries leave them out."""
     order = mirrored_order([e.name for e in endpoints], rounds)
+    warm = [e.name for e in endpoints] * warmup_sessions
+    plan = [(True, n) for n in warm] + [(False, n) for n in order]
     by_name = {e.name: e for e in endpoints}
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if api_key:
@@ -153,12 +158,15 @@ async def run_replay(endpoints: list[Endpoint], bodies: list[dict[str, Any]], ou
     records: list[RequestRecord] = []
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_read=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as http:
-        for session, name in enumerate(order):
+        for k, (warmup, name) in enumerate(plan):
+            session = k - len(warm)  # warm-ups get negative indices
             ep = by_name[name]
-            run_dir = out_dir / "runs" / f"s{session:02d}-{name}"
+            tag = f"w{k:02d}" if warmup else f"s{session:02d}"
+            run_dir = out_dir / "runs" / f"{tag}-{name}"
             run_dir.mkdir(parents=True, exist_ok=True)
-            log(f"session {session + 1}/{len(order)}: {name} ({ep.url})")
-            nonce = f"bench session {session} {time.time_ns()}" if session_nonce else None
+            what = f"warm-up {k + 1}/{len(warm)}" if warmup else f"session {session + 1}/{len(order)}"
+            log(f"{what}: {name} ({ep.url})")
+            nonce = f"bench {tag} {time.time_ns()}" if session_nonce else None
             for i, body in enumerate(bodies):
                 payload = json.dumps(prepare_body(body, model, nonce), ensure_ascii=False).encode()
                 status, raw, meter = await send_one(http, ep.url, payload, headers)
@@ -176,7 +184,8 @@ async def run_replay(endpoints: list[Endpoint], bodies: list[dict[str, Any]], ou
                     deltas=meter.deltas, finish_reason=meter.finish_reason,
                     answer_sha256=meter.answer_sha256() if ok else None,
                     request_sha256=_sha(payload), response_sha256=_sha(raw),
-                    request_file=str(req_file.relative_to(out_dir)), response_file=str(resp_file.relative_to(out_dir)))
+                    request_file=str(req_file.relative_to(out_dir)), response_file=str(resp_file.relative_to(out_dir)),
+                    warmup=warmup)
                 records.append(rec)
                 rate = f"{rec.decode_tps:.2f} tok/s" if rec.decode_tps else "-"
                 ttft = f"{rec.ttft_s:.2f} s" if rec.ttft_s is not None else "-"

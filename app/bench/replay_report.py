@@ -54,7 +54,8 @@ def endpoint_summary(records: Sequence[RequestRecord]) -> dict[str, Any]:
 
 
 def summarize_replay(records: Sequence[RequestRecord], names: Sequence[str]) -> dict[str, Any]:
-    per = {n: endpoint_summary([r for r in records if r.endpoint == n]) for n in names}
+    measured = [r for r in records if not r.warmup]
+    per = {n: endpoint_summary([r for r in measured if r.endpoint == n]) for n in names}
     base = names[0]
     ratios = {n: {m: ratio(per[n][m], per[base][m]) for m in RATIO_METRICS} for n in names[1:]}
     return {"endpoints": per, "baseline": base, "ratios_vs_baseline": ratios}

@@ -75,16 +75,20 @@ def requests_file(tmp_path: Path) -> Path:
 def test_replay_two_endpoints_mirrored(server: BackgroundServer, requests_file: Path, tmp_path: Path, capsys):
     out = tmp_path / "archive"
     rc = main(["bench", "replay", "--endpoint", f"A={server.url}", "--endpoint", f"B={server.url}/v1",
-               "--requests", str(requests_file), "--out", str(out), "--rounds", "2", "--json"])
+               "--requests", str(requests_file), "--out", str(out), "--rounds", "2", "--warmup-sessions", "1",
+               "--json"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     res = json.loads(captured.out)
     assert res == json.loads((out / "results.json").read_text())
     assert res["order"] == ["A", "B", "B", "A"]
-    recs = res["records"]
+    warm = [r for r in res["records"] if r["warmup"]]
+    assert [(r["session"], r["endpoint"]) for r in warm] == [(-2, "A"), (-2, "A"), (-1, "B"), (-1, "B")]
+    assert res["records"][: len(warm)] == warm  # warm-ups run first
+    recs = [r for r in res["records"] if not r["warmup"]]
     assert [(r["session"], r["endpoint"], r["request_index"]) for r in recs] == [
         (s, name, i) for s, name in enumerate(["A", "B", "B", "A"]) for i in range(2)]
-    for r in recs:
+    for r in res["records"]:
         assert r["ok"] and r["http_status"] == 200 and r["error"] is None
         assert r["token_source"] == "usage"  # include_usage was switched on by the replay
         assert 1 <= r["completion_tokens"] <= MAX_TOKENS
@@ -110,7 +114,7 @@ def test_replay_two_endpoints_mirrored(server: BackgroundServer, requests_file: 
     assert set(summ["ratios_vs_baseline"]) == {"B"}
     # the manifest covers every archived file and verifies
     lines = (out / "SHA256SUMS").read_text().splitlines()
-    assert len(lines) == 1 + 2 * len(recs)  # results.json + request and response per record
+    assert len(lines) == 1 + 2 * len(res["records"])  # results.json + request and response per record
     for line in lines:
         digest, name = line.split("  ", 1)
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
