@@ -42,6 +42,14 @@ def drop_cache(m: Mapping) -> None:
     os_memory.fadvise_dontneed(m.fd)
 
 
+def skip_unless_cold(m: Mapping) -> None:
+    """Skip when the page cache could not be dropped (e.g. /tmp on tmpfs keeps every page)."""
+    from engine.residency import StoreResidency
+
+    if StoreResidency(m, [Region(0, 0, 0, m.size)]).refresh() != 0:
+        pytest.skip("the file system keeps these pages in RAM (tmpfs?); cannot make a cold file")
+
+
 def touched_bytes(region: Region, pages: set[int], base: int) -> int:
     """Independent expectation: bytes of ``region`` that lie in the given resident page numbers."""
     total = 0

@@ -8,7 +8,7 @@ from functools import partial
 
 import numpy as np
 import pytest
-from conftest import PAGE, linux_only
+from conftest import PAGE, linux_only, skip_unless_cold
 
 from engine.residency import FaultCounts, FaultMeter, read_faults
 from engine.residency.faults import measure
@@ -42,6 +42,7 @@ def test_meter_counts_faults_of_touching_fresh_pages():
 @linux_only
 def test_major_faults_after_dropping_the_cache(store):
     m, _regions = store  # the fixture dropped the file from the page cache
+    skip_unless_cold(m)
     meter = FaultMeter()
     meter.start_token()
     touch_pages(m.view, m.address, 0, m.size)

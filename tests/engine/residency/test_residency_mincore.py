@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from conftest import EXPERTS, LAYERS, PAGE, RECORD, drop_cache, linux_only, touched_bytes
+from conftest import EXPERTS, LAYERS, PAGE, RECORD, drop_cache, linux_only, skip_unless_cold, touched_bytes
 
 from engine.residency import Mapping, Region, StoreResidency
 from engine.residency.warmer import touch_pages
@@ -15,6 +15,7 @@ pytestmark = linux_only
 
 def test_cold_file_reports_nothing_resident(store):
     m, regions = store
+    skip_unless_cold(m)
     sr = StoreResidency(m, regions)
     assert sr.store_bytes == LAYERS * EXPERTS * RECORD
     assert sr.refresh() == 0
@@ -23,6 +24,7 @@ def test_cold_file_reports_nothing_resident(store):
 
 def test_touching_one_record_makes_exactly_its_pages_resident(store):
     m, regions = store
+    skip_unless_cold(m)
     sr = StoreResidency(m, regions)
     target = regions[5]  # layer 1, expert 1
     touch_pages(m.view, m.address, target.offset, target.length)
@@ -39,6 +41,7 @@ def test_touching_one_record_makes_exactly_its_pages_resident(store):
 
 def test_dontneed_drops_residency_again(store):
     m, regions = store
+    skip_unless_cold(m)
     sr = StoreResidency(m, regions)
     touch_pages(m.view, m.address, 0, m.size)
     assert sr.refresh() == sr.store_bytes

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import PAGE, RECORD, drop_cache, linux_only
+from conftest import PAGE, RECORD, drop_cache, linux_only, skip_unless_cold
 
 from engine.residency import ExpertRanking, Mapping, Region, StoreResidency, Warmer, WarmupPlan, os_memory, prefetch
 from engine.residency.os_memory import OsCallError
@@ -48,6 +48,7 @@ def wait_for(cond, timeout: float = 5.0) -> bool:
 @pytest.mark.parametrize("method", ["auto", "read", "touch"])
 def test_warms_in_plan_order_and_makes_pages_resident(store, method):
     m, regions = store
+    skip_unless_cold(m)
     ranking = ExpertRanking(np.array([[0, 0, 0, 0], [0, 0, 5, 0], [9, 0, 0, 0]]))
     plan = WarmupPlan.build(regions, budget_bytes=5 * RECORD, hot=[(1, 3)], ranking=ranking)
     seen: list[str] = []
@@ -205,6 +206,7 @@ def test_on_done_runs_on_the_warmer_thread(store):
 
 def test_prefetch_reads_ahead_asynchronously(store):
     m, regions = store
+    skip_unless_cold(m)
     sr = StoreResidency(m, regions)
     assert sr.refresh() == 0
     advised = prefetch(m, regions[3:5])
