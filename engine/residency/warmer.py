@@ -109,11 +109,16 @@ class Warmer:
     def pause(self) -> None:
         """Stop after the chunk in flight (the engine calls this when a prompt starts)."""
         self._run.clear()
-        self._set(state="paused" if self._p.state == "running" else self._p.state)
+        self._switch("running", "paused")
 
     def resume(self) -> None:
         self._run.set()
-        self._set(state="running" if self._p.state == "paused" else self._p.state)
+        self._switch("paused", "running")
+
+    def _switch(self, old: str, new: str) -> None:
+        with self._lock:
+            if self._p.state == old:
+                self._p = replace(self._p, state=new)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -163,9 +168,14 @@ class Warmer:
         t0 = time.perf_counter()
         last = 0.0
         self._report(self._set(state="running" if self._run.is_set() else "paused"))
+        failed: list[str] = []
         try:
             for i, r in enumerate(self.regions):
-                missing = self._warm_region(r)
+                try:
+                    missing = self._warm_region(r)
+                except OsCallError as exc:  # an unreadable page (EIO/EFAULT): skip this record, keep going
+                    failed.append(f"{r.key}: {exc}")
+                    missing = 0
                 if self._cancel.is_set():
                     break
                 p = self._set(regions_done=i + 1, seconds=time.perf_counter() - t0,
@@ -174,7 +184,13 @@ class Warmer:
                     last = p.seconds
                     self._report(p)
             state = "cancelled" if self._cancel.is_set() else "done"
-            p = self._set(state=state, seconds=time.perf_counter() - t0)
+            msg = ""
+            if failed:
+                msg = f"{len(failed)} of {len(self.regions)} records could not be read (first: {failed[0]})"
+                log.warning("warm-up: %s", msg)
+                if len(failed) == len(self.regions):
+                    state = "error"
+            p = self._set(state=state, message=msg, seconds=time.perf_counter() - t0)
         except Exception as exc:  # keep the engine running; warm-up is an optimisation
             log.exception("warm-up failed")
             p = self._set(state="error", message=str(exc), seconds=time.perf_counter() - t0)

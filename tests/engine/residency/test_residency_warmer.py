@@ -169,7 +169,26 @@ def test_populate_falls_back_to_read_on_old_kernels(store, monkeypatch):
     assert StoreResidency(m, regions).refresh([(0, 0), (0, 1)]) >= 2 * RECORD
 
 
-def test_io_error_ends_warmup_without_raising(store, monkeypatch):
+def test_unreadable_record_is_skipped_and_reported(store, monkeypatch):
+    m, regions = store
+    real = os_memory.madvise
+    bad = m.address + regions[2].offset
+
+    def one_bad_record(addr: int, n: int, advice: int) -> None:
+        if addr == bad:
+            raise OsCallError(errno.EIO, "madvise failed: Input/output error")
+        real(addr, n, advice)
+
+    monkeypatch.setattr(os_memory, "madvise", one_bad_record)
+    w = Warmer(m, regions)
+    w.start()
+    assert w.join(5)
+    p = w.progress()
+    assert p.state == "done" and p.regions_done == len(regions)
+    assert p.message.startswith("1 of 12 records could not be read (first: (0, 2)")
+
+
+def test_nothing_readable_ends_in_error_without_raising(store, monkeypatch):
     m, regions = store
 
     def broken(addr: int, n: int, advice: int) -> None:
@@ -182,6 +201,15 @@ def test_io_error_ends_warmup_without_raising(store, monkeypatch):
     assert w.join(5)
     p = w.progress()
     assert p.state == "error" and "Input/output error" in p.message and not done
+
+
+def test_unexpected_failure_ends_in_error(store):
+    m, regions = store
+    w = Warmer(m, regions)
+    m.close()  # the engine closed the store under the warmer
+    w.start()
+    assert w.join(5)
+    assert w.progress().state == "error" and "closed" in w.progress().message
 
 
 def test_warmer_faults_are_its_own(store):
