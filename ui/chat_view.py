@@ -13,6 +13,7 @@ from ui.qt import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     Qt,
     QTimer,
     QToolButton,
@@ -47,9 +48,12 @@ class ChatView(QWidget):
         top.setContentsMargins(12, 8, 12, 0)
         self.title = QLabel("New chat")
         self.title.setObjectName("heading")
+        self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         top.addWidget(self.title, 1)
         self.backend_label = QLabel()
-        self.backend_label.setObjectName("muted")
+        self.backend_label.setObjectName("warning")
+        # Long model names must not widen the chat pane (and squeeze the side panels).
+        self.backend_label.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Preferred)
         top.addWidget(self.backend_label)
         top.addSpacing(12)
         top.addWidget(QLabel("Reasoning:"))

@@ -67,6 +67,10 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
         self.splitter.setSizes([250, 790, 360])
+        self.sidebar.setMinimumWidth(180)
+        self.right_scroll.setMinimumWidth(300)
+        for i in range(3):
+            self.splitter.setCollapsible(i, False)
         self.setCentralWidget(self.splitter)
 
         self.engine_status = EngineStatus(theme)

@@ -69,8 +69,10 @@ class MarkdownRenderer:
             f'<tr><td><span style="color:{t.muted};">&nbsp;{label}</span></td>'
             f'<td align="right"><a href="{COPY_SCHEME}:{index}" style="color:{t.link}; text-decoration:none;">'
             f"{button}</a>&nbsp;</td></tr></table>"
-            f'<pre style="white-space: pre-wrap; font-family: monospace; margin: 8px;">{body}</pre>'
-            f"</td></tr></table>\n"
+            # padding via an inner table: a margin on <pre> inside a cell clips its last line in Qt
+            f'<table width="100%" border="0" cellspacing="0" cellpadding="8"><tr><td>'
+            f'<pre style="white-space: pre-wrap; font-family: monospace; margin: 0;">{body}</pre>'
+            f"</td></tr></table></td></tr></table>\n"
         )
 
     def _highlight(self, code: str, lang: str) -> str:

@@ -60,7 +60,8 @@ def _mix(a: QColor, b: QColor, t: float) -> QColor:
 
 
 class SlotMap(QWidget):
-    """One row per layer, one cell per VRAM expert slot: static, adaptive, free; hits brighten."""
+    """One row per layer: its experts held in static slots, in adaptive slots, then those not in
+    VRAM (computed by the CPU). Held experts are drawn brighter the more hits they recently got."""
 
     def __init__(self, theme: Theme = LIGHT, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -203,8 +204,8 @@ class ResidencyPanel(QFrame):
         grid.setHorizontalSpacing(10)
         grid.setVerticalSpacing(2)
         self.values: dict[str, QLabel] = {}
-        for row, (key, title) in enumerate((("hit", "VRAM hit rate"), ("prompt", "Prompt"), ("decode", "Decode"),
-                                             ("vram", "VRAM in use"), ("ram", "RAM in use"))):
+        for row, (key, title) in enumerate((("hit", "VRAM hit rate"), ("held", "Experts in VRAM"), ("prompt", "Prompt"),
+                                             ("decode", "Decode"), ("vram", "VRAM in use"), ("ram", "RAM in use"))):
             name = QLabel(title)
             name.setObjectName("muted")
             val = QLabel("—")
@@ -231,6 +232,20 @@ class ResidencyPanel(QFrame):
         lay.addStretch(1)
         self.last_usage: Usage | None = None
         self.snapshots = 0
+        self._prev_hits: list[list[float]] = []
+        self._recent: list[list[float]] = []
+
+    def _recent_hits(self, cumulative: list[list[float]], decay: float = 0.7) -> list[list[float]]:
+        """Engines report hit counters since load; the map shows what changed lately (decaying sum)."""
+        cur = [list(map(float, row)) for row in cumulative]
+        if not self._prev_hits or [len(r) for r in self._prev_hits] != [len(r) for r in cur]:
+            self._prev_hits, self._recent = cur, [[0.0] * len(r) for r in cur]
+            return [list(r) for r in cur]  # first snapshot: show the totals so far
+        for i, (now, before) in enumerate(zip(cur, self._prev_hits, strict=True)):
+            self._recent[i] = [decay * r + max(a - b, 0.0) for r, a, b in zip(self._recent[i], now, before,
+                                                                                strict=True)]
+        self._prev_hits = cur
+        return [list(r) for r in self._recent]
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -241,9 +256,10 @@ class ResidencyPanel(QFrame):
 
     def _legend_html(self) -> str:
         t = self.theme
-        return (f'<span style="color:{t.slot_static}">■</span> static &nbsp; '
-                f'<span style="color:{t.slot_adaptive}">■</span> adaptive &nbsp; '
-                f'<span style="color:{t.slot_free}">■</span> free &nbsp; (brighter = more recent hits)')
+        return (f'<span style="color:{t.slot_static}">■</span> static slot &nbsp; '
+                f'<span style="color:{t.slot_adaptive}">■</span> adaptive slot &nbsp; '
+                f'<span style="color:{t.slot_free}">■</span> not in VRAM (CPU)<br>'
+                f"one row per layer; brighter = more hits in the last seconds")
 
     def update_telemetry(self, t: Telemetry | None, generating: bool = False) -> None:
         self.snapshots += 1
@@ -262,16 +278,18 @@ class ResidencyPanel(QFrame):
         self.legend.setVisible(has_slots)
         self.no_slots_label.setVisible(not has_slots)
         if has_slots:
-            self.slot_map.set_data(t.slots, t.slot_hits)
+            self.slot_map.set_data(t.slots, self._recent_hits(t.slot_hits))
             st = sum(s[0] for s in t.slots)
             ad = sum(s[1] for s in t.slots)
             fr = sum(s[2] for s in t.slots)
-            self.values["hit"].setText(f"{t.vram_hit_rate * 100:.1f} %  ({st} static, {ad} adaptive, {fr} free)")
+            self.values["hit"].setText(f"{t.vram_hit_rate * 100:.1f} %")
+            self.values["held"].setText(f"{st} static + {ad} adaptive; {fr} on CPU")
         else:
             self.no_slots_label.setText(
                 f"CPU engine — no VRAM slots. All {t.layers * t.experts_per_layer} experts "
                 f"({t.layers} layers × {t.experts_per_layer}) are computed on the CPU from RAM.")
             self.values["hit"].setText("— (no GPU)")
+            self.values["held"].setText("none")
         self.values["prompt"].setText(f"{t.prompt_tps:,.1f} tok/s")
         self.values["decode"].setText(f"{t.decode_tps:,.1f} tok/s")
         if t.vram_used_bytes or t.vram_reserved_bytes:
@@ -282,6 +300,8 @@ class ResidencyPanel(QFrame):
         self.values["ram"].setText(fmt_gib(ram) if ram else f"{fmt_gib(process_rss_bytes())} (process)")
         if generating:
             self.plot.add(t.prompt_tps, t.decode_tps)
+            if self.last_usage is None:
+                self.last_label.setText("In progress…")
         if t.phases_ms:
             total = sum(t.phases_ms.values()) or 1.0
             rows = []

@@ -194,14 +194,20 @@ class AppController(QObject):
         self.window.chat.set_can_send(ok, "" if ok else why)
 
     def _update_backend_label(self) -> None:
+        """Header: which model answers, with a short tag when it is not a real gpt-oss (full note as tooltip)."""
+        tip = ""
         if self.settings.remote.enabled:
             text = f"Remote: {self.settings.remote.base_url}"
         elif self.host.engine is not None:
             info = self.host.engine.info
-            text = f"{info.name} · {info.note}" if info.note else info.name
+            text, tip = info.name, info.note
+            if info.note:
+                tag = "random weights" if "random weights" in info.note else "demo model, not gpt-oss"
+                text = f"{info.name} · {tag}"
         else:
             text = ""
         self.window.chat.backend_label.setText(text)
+        self.window.chat.backend_label.setToolTip(tip)
 
     def _poll(self) -> None:
         if self._closed:

@@ -64,12 +64,16 @@ class Estimate:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     note: str = ""
+    if_gpu: Estimate | None = None  # what the same settings give on a CUDA GPU (when none is present)
 
     def summary(self) -> str:
         lead = f"{self.note} " if self.note else ""
         if not self.gpu:
-            return (f"{lead}CPU engine: all {self.total_experts} experts are computed from RAM. "
+            text = (f"{lead}CPU engine: all {self.total_experts} experts are computed from RAM. "
                     f"RAM ≈ {fmt(self.ram_total)} (experts {fmt(self.ram_experts_bytes)}, K/V {fmt(self.kv_bytes)}).")
+            if self.if_gpu is not None:
+                text += "\nOn a CUDA GPU these settings would give: " + self.if_gpu.summary()
+            return text
         return (f"{lead}≈ {self.slots} expert slots ({self.static} static, {self.adaptive} adaptive) + {self.scratch} "
                 f"scratch.\nVRAM ≈ {fmt(self.vram_total)} = core {fmt(self.dense_bytes)} + K/V {fmt(self.kv_bytes)} + "
                 f"pool {fmt(self.pool_bytes)}.\nRAM ≈ {fmt(self.ram_total)} "
@@ -96,8 +100,12 @@ def estimate(cfg: ModelConfig, s: EngineSettings, gpu_present: bool | None = Non
         errors.append(f"Context {s.context} exceeds the model's maximum ({cfg.max_position_embeddings}).")
     if not use_gpu:
         ram_exp = total * eb
+        alt = None
+        if s.backend in ("auto", "gpu"):
+            alt = estimate(cfg, s, gpu_present=True)
+            warnings.extend(f"On a GPU: {e}" for e in alt.errors)
         return Estimate(eb, total, dense, kv, 0, 0, 0, 0, 0, 0, ram_exp,
-                        ram_exp + embedding_bytes(cfg) + dense + kv, False, errors, warnings, note)
+                        ram_exp + embedding_bytes(cfg) + dense + kv, False, errors, warnings, note, alt)
     budget = int(s.vram_budget_gib * GIB)
     pool = int(s.pool_gib * GIB) if s.pool_gib > 0 else max(0, budget - dense - kv)
     raw_slots = pool // eb

@@ -104,9 +104,13 @@ def test_residency_panel_shows_slots_reported_by_engine(qtbot):
     p.update_telemetry(t)
     assert p.slot_map.isVisibleTo(p) and not p.no_slots_label.isVisibleTo(p)
     assert p.slot_map.slots == [(2, 3, 1), (2, 2, 2)]
-    assert p.values["hit"].text().startswith("42.0 %") and "4 static, 5 adaptive, 3 free" in p.values["hit"].text()
+    assert p.values["hit"].text().startswith("42.0 %") and p.values["held"].text() == "4 static + 5 adaptive; 3 on CPU"
     assert "3.00 GiB" in p.values["vram"].text() and p.values["ram"].text() == "5.00 GiB"
     assert "experts_cpu" in p.phases_label.text()
+    # hits since load -> recent hits: a second snapshot colours by what changed in between
+    t.slot_hits = [[5, 0, 1, 2, 3, 0], [1.0, 19.0]]
+    p.update_telemetry(t)
+    assert p.slot_map.hits == [[0.0] * 6, [0.0, 10.0]]
     # the map paints without errors (per-slot and per-kind hit formats)
     p.slot_map.resize(120, p.slot_map.height())
     img = p.slot_map.grab().toImage()
