@@ -52,6 +52,42 @@ def telemetry_snapshot(engine: Engine) -> tuple[float | None, dict[str, float]]:
     return hit, {k: float(v) for k, v in t.phases_ms.items()}
 
 
+_COUNT_FIELDS = ("tokens", "hits", "routed")
+
+
+def _backend_counters(engine: Engine) -> dict[str, float] | None:
+    """The GPU decoder's accumulated counters (tokens, hits, routed, seconds per phase), if the
+    backend has them. Telemetry reports them as averages since the engine started, which would
+    mix warm-up, context and earlier runs into a run's figures; their difference over the run
+    does not."""
+    stats = getattr(getattr(engine.backend, "decoder", None), "stats", None)
+    if stats is None or not hasattr(stats, "__dict__"):
+        return None
+    out = {k: float(v) for k, v in vars(stats).items()
+           if isinstance(v, int | float) and not isinstance(v, bool) and k != "last_hit_rate"}
+    return out if all(k in out for k in _COUNT_FIELDS) else None
+
+
+class RunWindow:
+    """VRAM hit rate and per-token phase times over one timed run."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.before = _backend_counters(engine)
+
+    def result(self) -> tuple[float | None, dict[str, float], str]:
+        after = _backend_counters(self.engine)
+        if self.before is None or after is None:  # no counters (CPU engines): what telemetry says
+            hit, phases = telemetry_snapshot(self.engine)
+            return hit, phases, "engine telemetry read after the run"
+        d = {k: after[k] - self.before.get(k, 0.0) for k in after}
+        if d["tokens"] <= 0:  # e.g. a prompt path the decode counters do not cover
+            return None, {}, "backend counters did not move during the run"
+        hit = d["hits"] / d["routed"] if d["routed"] > 0 else None
+        phases = {k: 1e3 * v / d["tokens"] for k, v in d.items() if k not in _COUNT_FIELDS}
+        return hit, phases, "backend counters: ms per token over the timed run"
+
+
 def max_position(engine: Engine) -> int:
     """Tokens the engine can hold: its context setting, within the model's positions."""
     model_max = int(getattr(engine.config, "max_position_embeddings", 0) or engine.settings.context)
@@ -64,19 +100,21 @@ class DecodeRun:
     ids: list[int]
     hit_rate: float | None
     phases_ms: dict[str, float] = field(default_factory=dict)
+    phases_source: str = ""
 
 
 def _decode_once(engine: Engine, prompt: list[int], tokens: int) -> DecodeRun:
     logits, _ = engine.prefill(prompt)  # reuses the held context: recomputes one token
     tok = greedy(logits)
     ids = [tok]
+    window = RunWindow(engine)
     t0 = time.perf_counter()
     for _ in range(tokens):
         tok = greedy(engine.backend.forward([tok]))
         ids.append(tok)
     seconds = time.perf_counter() - t0
-    hit, phases = telemetry_snapshot(engine)
-    return DecodeRun(seconds, ids, hit, phases)
+    hit, phases, source = window.result()
+    return DecodeRun(seconds, ids, hit, phases, source)
 
 
 def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, warmup: int,
@@ -119,6 +157,7 @@ def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, 
             "context_tokens_per_s": len(prompt) / ttft if ttft > 0 else None,
             "vram_hit_rate": summarize(hits) if hits else None,
             "phases_ms": median_of_dicts([r.phases_ms for r in runs]),
+            "phases_source": runs[0].phases_source,
             "token_ids_sha256": hashes[0],
             "repeats_identical": len(set(hashes)) == 1,
             "token_ids": runs[0].ids,
@@ -128,18 +167,19 @@ def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, 
 
 
 def _prompt_once(engine: Engine, prompt: list[int], check_tokens: int) -> tuple[float, list[int],
-                                                                              float | None, dict[str, float]]:
+                                                                              float | None, dict[str, float], str]:
     engine.reset()
+    window = RunWindow(engine)
     t0 = time.perf_counter()
     logits, _ = engine.prefill(prompt)
     tok = greedy(logits)
     ttft = time.perf_counter() - t0
-    hit, phases = telemetry_snapshot(engine)  # the prompt pass's, before the check tokens
+    hit, phases, source = window.result()  # the prompt pass's, before the check tokens
     ids = [tok]
     for _ in range(check_tokens):
         tok = greedy(engine.backend.forward([tok]))
         ids.append(tok)
-    return ttft, ids, hit, phases
+    return ttft, ids, hit, phases, source
 
 
 def run_prompt(engine: Engine, *, lengths: list[int], repeats: int, warmup: int, check_tokens: int = 8,
@@ -163,15 +203,16 @@ def run_prompt(engine: Engine, *, lengths: list[int], repeats: int, warmup: int,
         runs = [_prompt_once(engine, prompt, check_tokens) for _ in range(repeats)]
         for i, (ttft, *_rest) in enumerate(runs):
             log(f"  run {i + 1}: {ttft:.3f} s, {n / ttft:.1f} tok/s")
-        hashes = [hash_ids(ids) for _, ids, _, _ in runs]
-        hits = [h for _, _, h, _ in runs if h is not None]
+        hashes = [hash_ids(ids) for _, ids, *_ in runs]
+        hits = [h for _, _, h, _, _ in runs if h is not None]
         results.append({
             "prompt_tokens": n,
             "prompt_tokens_requested": want,
             "ttft_s": summarize([t for t, *_ in runs]),
             "tokens_per_s": summarize([n / t for t, *_ in runs]),
             "vram_hit_rate": summarize(hits) if hits else None,
-            "phases_ms": median_of_dicts([p for *_, p in runs]),
+            "phases_ms": median_of_dicts([p for _, _, _, p, _ in runs]),
+            "phases_source": runs[0][4],
             "check_tokens": check_tokens,
             "token_ids_sha256": hashes[0],
             "repeats_identical": len(set(hashes)) == 1,

@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from app.bench.context_tokens import context_tokens
-from app.bench.engine_bench import hash_ids
+from app.bench.engine_bench import RunWindow, hash_ids
 from app.bench.environment import checkpoint_routing, pick_model_dir
 from app.cli.main import main
 from engine.session import Engine
 from engine.settings import EngineSettings
+from engine.types import Telemetry
 
 SHA = re.compile(r"^[0-9a-f]{64}$")
 FAST = ["--backend", "reference", "--dtype", "float32", "--repeats", "2", "--warmup", "1", "--json"]
@@ -59,6 +62,7 @@ def test_decode_json_shape(tiny_model, capsys):
         assert s["n"] == 2 and len(s["runs"]) == 2 and s["min"] <= s["median"] <= s["max"]
         assert r["ttft_s"] > 0 and r["ms_per_token"]["median"] > 0
         assert r["vram_hit_rate"] is None and r["phases_ms"] == {}  # CPU engine: no VRAM slots
+        assert "telemetry" in r["phases_source"]
         assert len(r["token_ids"]) == 5 and r["token_ids_sha256"] == hash_ids(r["token_ids"])
         assert r["repeats_identical"] is True  # greedy, same context: same tokens every repeat
     assert rep["notes"] == []
@@ -120,3 +124,37 @@ def test_context_tokens_are_deterministic(tiny_model, tmp_path):
         assert not specials & set(c)
     finally:
         eng.close()
+
+
+@dataclass
+class FakeStats:
+    tokens: int = 10
+    hits: int = 30
+    routed: int = 40
+    wall: float = 1.0
+    cpu: float = 0.5
+    last_hit_rate: float = 0.3
+
+
+def fake_engine(stats: FakeStats | None) -> SimpleNamespace:
+    tel = Telemetry(slots=[(1, 1, 0)], vram_hit_rate=0.9, phases_ms={"token": 7.0})
+    backend = SimpleNamespace(decoder=SimpleNamespace(stats=stats)) if stats else SimpleNamespace()
+    return SimpleNamespace(backend=backend, telemetry=lambda: tel)
+
+
+def test_run_window_uses_counter_differences_not_running_averages():
+    st = FakeStats()
+    w = RunWindow(fake_engine(st))  # type: ignore[arg-type]
+    st.tokens, st.hits, st.routed, st.wall, st.cpu = 14, 32, 56, 1.2, 0.6
+    hit, phases, source = w.result()
+    assert hit == pytest.approx(2 / 16)  # not the running 32/56
+    assert phases == pytest.approx({"wall": 50.0, "cpu": 25.0})  # 0.2 s and 0.1 s over 4 tokens
+    assert "counters" in source
+
+
+def test_run_window_without_progress_or_counters():
+    st = FakeStats()
+    w = RunWindow(fake_engine(st))  # type: ignore[arg-type]
+    assert w.result() == (None, {}, "backend counters did not move during the run")
+    hit, phases, source = RunWindow(fake_engine(None)).result()  # type: ignore[arg-type]
+    assert (hit, phases) == (0.9, {"token": 7.0}) and "telemetry" in source
