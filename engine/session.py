@@ -10,6 +10,7 @@ to run on a worker thread; one generation runs at a time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -92,6 +93,26 @@ def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProg
     return ReferenceBackend(ck, dtype), note
 
 
+def _start_residency(ck: Checkpoint, backend: Backend, settings: EngineSettings):  # -> ResidencyManager | None
+    """RAM residency for the expert bytes the CPU reads: warm-up, optional mlock, fault telemetry.
+    The GPU backend manages its own (it knows the static slots); here the CPU engine's."""
+    model = getattr(backend, "model", None)
+    fn = getattr(model, "experts_fn", None)
+    if fn is None:  # the pure reference dequantizes into its own cache; nothing to keep resident
+        return None
+    try:
+        from .residency.manager import ResidencyManager
+
+        store = getattr(getattr(fn, "__self__", None), "store", None)
+        res = (ResidencyManager.for_store(store, settings) if store is not None
+               else ResidencyManager.for_checkpoint(ck, settings))
+        res.start()
+        return res
+    except Exception as exc:  # residency is an optimisation: never a reason to fail a load
+        log.warning("RAM residency management unavailable: %s", exc)
+        return None
+
+
 class Engine:
     def __init__(self, ck: Checkpoint, settings: EngineSettings, backend: Backend, backend_note: str) -> None:
         self.ck = ck
@@ -114,6 +135,8 @@ class Engine:
                                     model_note=note, layers=ck.config.num_hidden_layers,
                                     experts_per_layer=ck.config.num_local_experts)
         backend.fill_telemetry(self._telemetry)
+        existing = getattr(backend, "ram_residency", None)
+        self.ram_residency = existing if existing is not None else _start_residency(ck, backend, settings)
 
     @classmethod
     def load(cls, model_dir: str | Path, settings: EngineSettings | None = None,
@@ -147,6 +170,8 @@ class Engine:
     def telemetry(self) -> Telemetry:
         t = self._telemetry
         self.backend.fill_telemetry(t)
+        if self.ram_residency is not None:
+            self.ram_residency.fill_telemetry(t)
         return t
 
     # ---- generation ----------------------------------------------------------------------
@@ -183,7 +208,8 @@ class Engine:
     def _run(self, ids: list[int], params: GenerationParams, cancel: CancelToken | None,
              parser: HarmonyStreamParser | None) -> Iterator[Event]:
         cancel = cancel or CancelToken()
-        with self._lock:
+        res = self.ram_residency
+        with self._lock, (res.computing() if res is not None else contextlib.nullcontext()):
             tel = self._telemetry
             tel.state = "generating"
             t0 = time.perf_counter()
@@ -243,7 +269,11 @@ class Engine:
                     if len(generated) >= budget:
                         finish = "length"
                         break
+                    if res is not None:
+                        res.token_started()
                     logits = self.backend.forward([tok])
+                    if res is not None:
+                        res.token_finished()
                     self._ids.append(tok)
                     decode_s = time.perf_counter() - t1
                     tel.decode_tps = (len(generated)) / decode_s if decode_s > 0 else 0.0
@@ -304,6 +334,8 @@ class Engine:
             self._ids = []
 
     def close(self) -> None:
+        if self.ram_residency is not None:
+            self.ram_residency.close()
         self.backend.close()
         self.ck.close()
 

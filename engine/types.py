@@ -162,3 +162,13 @@ class Telemetry:
     phases_ms: dict[str, float] = field(default_factory=dict)
     tokens_generated: int = 0
     cached_tokens: int = 0
+    # RAM residency of the expert bytes the CPU reads (engine/residency/)
+    store_bytes: int = 0
+    store_resident_bytes: int = 0
+    ram_budget_bytes: int = 0
+    ram_locked_bytes: int = 0
+    warmup_state: str = ""
+    warmup_fraction: float = 0.0
+    faults_major_per_token: float = 0.0
+    faults_minor_per_token: float = 0.0
+    residency_note: str = ""

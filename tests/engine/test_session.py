@@ -120,3 +120,18 @@ def test_prompt_longer_than_context_is_an_error_event(tiny_model):
     conv = Conversation((Message("user", "word " * 50),), current_date="2026-11-29")
     done = list(eng.generate(conv, GenerationParams(max_tokens=2)))[-1]
     assert done.finish_reason == "error" and "context" in (done.error or "")
+
+
+def test_cpu_engine_reports_ram_residency(tiny_model):
+    pytest.importorskip("native.kernel")
+    eng = Engine.load(tiny_model, EngineSettings(backend="cpu"))
+    try:
+        if eng.backend.name != "cpu-native":
+            pytest.skip(f"native kernel not loadable here: {eng.info.backend_note}")
+        list(eng.generate(Conversation((Message("user", "hi"),), current_date="2026-11-29"),
+                          GenerationParams(max_tokens=3, temperature=0)))
+        t = eng.telemetry()
+        assert t.store_bytes > 0 and t.warmup_state
+        assert 0 <= t.store_resident_bytes <= t.store_bytes
+    finally:
+        eng.close()
