@@ -4,7 +4,7 @@
 index) of its rows; ``pick_kernel`` reduces those partials to the token id, writes it to
 the device and to pinned host memory, then raises the tail flag (release). Score = logit
 when the temperature is 0, else logit / T + Gumbel noise from a counter-based hash of
-(seed, step, token id), so sampling is reproducible and needs no RNG state in the graph.
+(seed, position, token id), so sampling is reproducible and needs no RNG state in the graph.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from .common import round_bf16
 
 
 @triton.jit
-def uniform_hash(seed, step, idx):
+def uniform_hash(seed, pos, idx):
     """Uniform (0, 1) from three int32 values (murmur3-style finalizer on uint32)."""
-    x = idx.to(tl.uint32) * 0x9E3779B1 + seed.to(tl.uint32) * 0x85EBCA77 + step.to(tl.uint32) * 0xC2B2AE3D
+    x = idx.to(tl.uint32) * 0x9E3779B1 + seed.to(tl.uint32) * 0x85EBCA77 + pos.to(tl.uint32) * 0xC2B2AE3D
     x = x ^ (x >> 16)
     x = x * 0x7FEB352D
     x = x ^ (x >> 15)
@@ -52,7 +52,7 @@ def lm_head_kernel(x_ptr, gain_ptr, w_ptr, ctrl_ptr, logits_ptr, part_val_ptr, p
     temp = tl.load(ctrl_ptr + 4).to(tl.float32, bitcast=True)
     score = logit
     if temp > 0:
-        u = uniform_hash(tl.load(ctrl_ptr + 3), tl.load(ctrl_ptr + 1), rows)
+        u = uniform_hash(tl.load(ctrl_ptr + 3), tl.load(ctrl_ptr + 0), rows)
         score = logit / temp - tl.log(-tl.log(u))
     score = tl.where(mr, score, float("-inf"))
     best = tl.max(score, 0)

@@ -280,12 +280,12 @@ def test_lm_head_greedy_and_gumbel() -> None:
     assert rel_err(logits, ref) < 1e-2
     assert int(tok_h[0]) == int(torch.argmax(logits)) == int(tok_d[0])
     assert int(flag[0]) == 12
-    # Gumbel-max: reproducible per (seed, step); varies with the step; follows the logits
+    # Gumbel-max: reproducible per (seed, position); varies with the position; follows the logits
     picks = []
-    for step in range(40):
-        kn.lm_head(x, gain, w, ctrl_block(0, step=step, seed=1, temp=1.0), logits, pv, pi, tok_d, tok_h, flag)
+    for pos in range(40):
+        kn.lm_head(x, gain, w, ctrl_block(pos, step=pos + 1, seed=1, temp=1.0), logits, pv, pi, tok_d, tok_h, flag)
         picks.append(int(tok_h[0]))
-    kn.lm_head(x, gain, w, ctrl_block(0, step=3, seed=1, temp=1.0), logits, pv, pi, tok_d, tok_h, flag)
+    kn.lm_head(x, gain, w, ctrl_block(3, step=99, seed=1, temp=1.0), logits, pv, pi, tok_d, tok_h, flag)
     assert int(tok_h[0]) == picks[3]
     assert len(set(picks)) > 5
     p = torch.softmax(logits.double(), 0)
