@@ -67,6 +67,8 @@ class Reply:
             return "cancelled"
         if self.tool_calls:
             return "tool_calls"
+        if done.finish_reason == "tool_calls":  # <|call|> without a parsable call: plain text ended
+            return "stop"
         return done.finish_reason
 
     def raise_if_failed(self) -> None:

@@ -42,8 +42,9 @@ class ResponseBuilder:
             return [*self._close(), *self._call(piece.call)]
         return []
 
-    def finish(self) -> list[dict[str, Any]]:
-        return self._close()
+    def finish(self, incomplete: bool = False) -> list[dict[str, Any]]:
+        """Close the open item; ``incomplete`` marks it cut off by the token limit."""
+        return self._close("incomplete" if incomplete else "completed")
 
     # ---- items -----------------------------------------------------------------------------
     def _text(self, kind: str, text: str) -> list[dict[str, Any]]:
@@ -78,12 +79,12 @@ class ResponseBuilder:
         return [added, self._event("response.content_part.added", item_id=item["id"], output_index=index,
                                    content_index=0, part=dict(part))]
 
-    def _close(self) -> list[dict[str, Any]]:
+    def _close(self, status: str = "completed") -> list[dict[str, Any]]:
         item, self._open = self._open, None
         if item is None:
             return []
         index = len(self.output) - 1
-        item["status"] = "completed"
+        item["status"] = status
         part = item["content"][0]
         if item["type"] == "reasoning":
             done = self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,

@@ -45,8 +45,6 @@ async def create_response(request: web.Request) -> web.StreamResponse:
                     completed_at=int(time.time()) if status == "completed" else None)
         if status == "incomplete":
             resp["incomplete_details"] = {"reason": "max_output_tokens"}
-            if builder.output and builder.output[-1]["type"] != "function_call":
-                builder.output[-1]["status"] = "incomplete"
         if status == "failed":
             resp["error"] = {"code": "server_error", "message": f"Generation stopped: {reply.error or 'cancelled'}"}
         return resp
@@ -55,7 +53,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         async with contextlib.aclosing(reply.pieces()) as pieces:
             async for piece in pieces:
                 builder.feed(piece)
-        builder.finish()
+        builder.finish(incomplete=reply.finish_reason == "length")
         reply.raise_if_failed()
         return web.json_response(finalize())
 
@@ -73,7 +71,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
                     await sse.comment(f"prompt {piece.progress[0]}/{piece.progress[1]}")
                 for ev in builder.feed(piece):
                     await send(ev)
-        for ev in builder.finish():
+        for ev in builder.finish(incomplete=reply.finish_reason == "length"):
             await send(ev)
         final = finalize()
         kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(

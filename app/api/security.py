@@ -79,7 +79,10 @@ async def host_middleware(request: web.Request, handler: Handler) -> web.StreamR
         raise ApiError(403, "Missing Host header; this server only answers requests addressed to localhost.",
                        code="forbidden_host")
     name = host_name(raw)
-    if not (is_loopback_name(name) or name in {h.lower() for h in cfg.allowed_hosts}):
+    allowed = {host_name(h) for h in cfg.allowed_hosts}
+    if cfg.host not in ("0.0.0.0", "::", ""):  # bound to one address: that address names us too
+        allowed.add(host_name(cfg.host if ":" not in cfg.host else f"[{cfg.host}]"))
+    if not (is_loopback_name(name) or name in allowed):
         raise ApiError(
             403,
             f"Host {raw!r} is not allowed: this local server only answers requests addressed to localhost, "

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
 
 from .common import add_engine_arguments, fail, load_engine
@@ -53,7 +55,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"Serving {server.model_id} at {server.url}/v1 (Ctrl+C stops)", file=sys.stderr, flush=True)
         if config.host not in ("127.0.0.1", "localhost", "::1") and config.api_key is None:
             print("warning: listening beyond loopback without --api-key", file=sys.stderr)
-        await serve_forever(server)
+        task = asyncio.current_task()
+        # SIGTERM (service managers, `kill`) stops as cleanly as Ctrl+C: cancel, then stop().
+        with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+            if task is not None:
+                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve_forever(server)
 
     try:
         asyncio.run(main())

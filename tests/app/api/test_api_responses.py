@@ -83,6 +83,7 @@ def test_responses_length_limit_is_incomplete(client: openai.OpenAI, scripted: S
     assert r.status == "incomplete"
     assert r.incomplete_details is not None and r.incomplete_details.reason == "max_output_tokens"
     assert r.usage is not None and r.usage.output_tokens == 5
+    assert r.output[-1].status == "incomplete"
 
 
 def test_completions_raw_prompt(client: openai.OpenAI, scripted: ScriptedEngine) -> None:
