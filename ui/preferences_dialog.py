@@ -27,6 +27,7 @@ from ui.qt import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QProgressBar,
     QPushButton,
     QSpinBox,
     QTabWidget,
@@ -85,10 +86,13 @@ ENGINE_FIELDS: list[tuple[str, str, str, str, float, float, float]] = [
 
 class PreferencesDialog(QDialog):
     applied = Signal(object)  # PreferencesValues
+    buildStoreRequested = Signal(str)  # model folder
 
     def __init__(self, values: PreferencesValues, estimator: Callable[[ModelConfig, EngineSettings], Any],
-                 demo_dir: Path | None = None, parent: QWidget | None = None) -> None:
+                 demo_dir: Path | None = None, parent: QWidget | None = None,
+                 store_status: Callable[[str], tuple[bool, str]] | None = None) -> None:
         super().__init__(parent)
+        self._store_status = store_status
         self.setWindowTitle("Preferences")
         self.setMinimumSize(900, 600)
         self._estimator = estimator
@@ -121,6 +125,20 @@ class PreferencesDialog(QDialog):
         self.model_status = QLabel()
         self.model_status.setWordWrap(True)
         form.addRow("", self.model_status)
+        store_row = QHBoxLayout()
+        self.store_label = QLabel()
+        self.store_label.setObjectName("hint")
+        self.store_label.setWordWrap(True)
+        self.store_btn = QPushButton("Build expert store")
+        self.store_btn.clicked.connect(lambda: self.buildStoreRequested.emit(self.model_edit.text().strip()))
+        self.store_progress = QProgressBar()
+        self.store_progress.setRange(0, 1000)
+        self.store_progress.setFixedWidth(160)
+        self.store_progress.setVisible(False)
+        store_row.addWidget(self.store_label, 1)
+        store_row.addWidget(self.store_progress)
+        store_row.addWidget(self.store_btn)
+        form.addRow("", store_row)
 
         self.preset = QComboBox()
         for key in ("default", "optimized", "custom"):
@@ -319,6 +337,7 @@ class PreferencesDialog(QDialog):
                 f"✓ gpt-oss checkpoint: {cfg.num_hidden_layers} layers × {cfg.num_local_experts} experts "
                 f"(top-{cfg.num_experts_per_tok}), {cfg.expert_bytes() / 1e6:.2f} MB per expert.")
         self.model_status.style().polish(self.model_status)
+        self.refresh_store_status(cfg is not None)
         try:
             s = self.engine_settings()
         except SettingsError as exc:
@@ -338,6 +357,28 @@ class PreferencesDialog(QDialog):
         ok = not errors or (self.remote_enabled.isChecked() and cfg is None and len(errors) == 1)
         for b in (QDialogButtonBox.StandardButton.Ok, QDialogButtonBox.StandardButton.Apply):
             self.buttons.button(b).setEnabled(ok)
+
+    def refresh_store_status(self, model_ok: bool = True) -> None:
+        present, text = (False, "")
+        if model_ok and self._store_status is not None:
+            present, text = self._store_status(self.model_edit.text().strip())
+        self.store_label.setText(text)
+        self.store_label.setVisible(bool(text))
+        building = self.store_progress.isVisible()
+        self.store_btn.setVisible(bool(text) and not present)
+        self.store_btn.setEnabled(not building)
+
+    def set_store_progress(self, fraction: float | None, message: str = "") -> None:
+        """Progress of a store build started by the button; None when it ended (message says how)."""
+        building = fraction is not None
+        self.store_progress.setVisible(building)
+        self.store_btn.setEnabled(not building)
+        if building:
+            self.store_progress.setValue(int(max(0.0, min(1.0, fraction or 0.0)) * 1000))
+        else:
+            self.refresh_store_status()
+        if message:
+            self.store_label.setText(message)
 
     @property
     def valid(self) -> bool:

@@ -13,6 +13,7 @@ from app.gui.conversation_store import ConversationStore
 from app.gui.demo_model import bundled_demo_dir, ensure_demo_model, is_demo
 from app.gui.engine_host import ERROR, GENERATING, LOADING, NO_MODEL, READY, LocalEngineHost
 from app.gui.estimate import cuda_present, estimate
+from app.gui.expert_store import build_expert_store, store_status
 from app.gui.paths import AppPaths
 from app.gui.remote_backend import RemoteBackend
 from app.gui.remote_run import RemoteRun
@@ -114,7 +115,7 @@ class AppController(QObject):
             if dlg.exec() and dlg.choice == FOLDER and dlg.folder:
                 self.settings.model_dir = dlg.folder
                 self.save()
-                self.load_model(dlg.folder)
+                self.prepare_and_load(dlg.folder)
             elif dlg.choice == DEMO:
                 pass  # already loading
 
@@ -133,6 +134,14 @@ class AppController(QObject):
         task.failed.connect(lambda m, _tb: self.window.engine_status.set_state(
             ERROR, f"Could not write the demo model: {m}", "Choose a model folder in Preferences."))
         task.start()
+
+    def prepare_and_load(self, model_dir: str) -> None:
+        """A newly chosen real model: build its expert store first (progress in the status bar), then load."""
+        present, text = store_status(model_dir)
+        if present or not text:  # has a store, or not a model folder (the load reports why)
+            self.load_model(model_dir)
+        else:
+            self.build_store(model_dir, load_after=True)
 
     def load_model(self, model_dir: str | Path) -> BackgroundTask:
         return self.host.load(model_dir, self.settings.engine_settings())
@@ -228,8 +237,9 @@ class AppController(QObject):
     def open_preferences(self, modal: bool = True) -> PreferencesDialog:
         gpu = cuda_present()
         dlg = PreferencesDialog(self.preferences_values(), lambda cfg, s: estimate(cfg, s, gpu), bundled_demo_dir(),
-                                self.window)
+                                self.window, store_status=store_status)
         dlg.applied.connect(self.apply_preferences)
+        dlg.buildStoreRequested.connect(lambda d: self.build_store(d, dlg))
         self.prefs_dialog = dlg
         if modal:
             dlg.exec()
@@ -260,6 +270,46 @@ class AppController(QObject):
         self._update_backend_label()
         self._host_state(self.host.state, self.host.detail)
         return restart
+
+    def build_store(self, model_dir: str, dlg: PreferencesDialog | None = None,
+                    load_after: bool = False) -> BackgroundTask:
+        """Repack the experts into the store with progress (dialog and status bar); reload if in use."""
+        status = self.window.engine_status
+
+        def progress(pair: tuple[int, int]) -> None:
+            done, total = pair
+            frac = done / total if total else 1.0
+            if dlg is not None:
+                dlg.set_store_progress(frac)
+            status.set_progress(f"Building the expert store ({done}/{total} experts)", frac)
+
+        def finished(path: object) -> None:
+            if dlg is not None:
+                dlg.set_store_progress(None)
+            self.window.statusBar().showMessage(f"Expert store written: {path}", 8000)
+            loaded = self.host.engine
+            in_use = loaded is not None and Path(loaded.info.model_dir).resolve() == Path(model_dir).resolve()
+            if load_after or in_use:
+                self.load_model(model_dir)  # the CPU kernel opens the store on load
+            else:
+                self._host_state(self.host.state, self.host.detail)
+
+        def failed(message: str, _tb: str) -> None:
+            if dlg is not None:
+                dlg.set_store_progress(None, f"Building the store failed: {message}")
+            if load_after:  # the checkpoint alone still works
+                self.load_model(model_dir)
+            else:
+                self._host_state(self.host.state, self.host.detail)
+
+        task = BackgroundTask(lambda report: build_expert_store(model_dir, lambda d, t: report((d, t))),
+                              "build-store", self)
+        task.progress.connect(progress)
+        task.succeeded.connect(finished)
+        task.failed.connect(failed)
+        if dlg is not None:
+            dlg.set_store_progress(0.0)
+        return task.start()
 
     def apply_theme(self) -> None:
         self.theme = themes.resolve(self.settings.theme)

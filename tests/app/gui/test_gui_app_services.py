@@ -142,7 +142,7 @@ def test_first_run_uses_demo_model_labelled(qtbot, make_app):
     qtbot.waitUntil(lambda: c.host.state == READY, timeout=60000)
     note = c.host.engine.info.note  # the demo model says what it is (trained demo, or random weights)
     assert note and ("demo" in note or "random weights" in note)
-    assert note in c.window.chat.backend_label.text()
+    assert c.window.chat.backend_label.toolTip() == note and "demo" in c.window.chat.backend_label.text()
     assert note in c.window.engine_status.label.text()
     c._poll()
     assert note in c.window.residency.note_label.text()
@@ -166,3 +166,24 @@ def test_broken_model_folder_shows_error_and_fix(qtbot, make_app, tmp_path):
     c.window.chat.composer.setPlainText("hello")
     qtbot.keyClick(c.window.chat.composer, Qt.Key.Key_Return)
     assert c.store.list_conversations() == []  # nothing was sent
+
+
+def test_preferences_build_expert_store_with_progress_then_reload(qtbot, make_app, tiny_model, tmp_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    c = make_app(model_dir=str(model))
+    first = c.host.engine
+    dlg = c.open_preferences(modal=False)
+    qtbot.addWidget(dlg)
+    assert dlg.store_btn.isVisibleTo(dlg) and "No expert store yet" in dlg.store_label.text()
+    fractions: list[float] = []
+    c.host.loadProgress.connect(lambda _p, f: fractions.append(f))
+    dlg.store_btn.click()
+    qtbot.waitUntil(lambda: (model / "experts-packed.nstore").is_file() and c.host.state == READY
+                    and c.host.engine is not first, timeout=30000)
+    qtbot.waitUntil(lambda: not dlg.store_progress.isVisibleTo(dlg), timeout=5000)
+    assert dlg.store_label.text().startswith("Expert store: experts-packed.nstore")
+    assert not dlg.store_btn.isVisibleTo(dlg)
+    dlg.close()
