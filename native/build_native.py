@@ -41,6 +41,7 @@ int neural_set_threads(int n);
 int neural_get_threads(void);
 void neural_set_spin_us(int us);
 void neural_set_prefetch(int bytes);
+int neural_get_prefetch(void);
 int64_t neural_record_bytes(const neural_shape *s);
 int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
                      const float *x, float *out);

@@ -85,6 +85,10 @@ class NativeKernel:
     def set_prefetch(self, nbytes: int) -> None:
         self.lib.neural_set_prefetch(int(nbytes))
 
+    @property
+    def prefetch(self) -> int:
+        return int(self.lib.neural_get_prefetch())
+
     # ---- descriptors ------------------------------------------------------------------------
     def shape(self, hidden: int, intermediate: int, fmt: str, limit: float, alpha: float,
               offsets: Sequence[int]) -> Any:

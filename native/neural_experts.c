@@ -112,6 +112,8 @@ void neural_set_spin_us(int us) { neural_team_set_spin(us); }
 
 void neural_set_prefetch(int bytes) { neural_prefetch_bytes = bytes < 0 ? 0 : bytes; }
 
+int neural_get_prefetch(void) { return neural_prefetch_bytes; }
+
 /* ---- the canonical exp (see header) ---- */
 static float pow2i(int k) { /* 2^k for k in [-126, 127] */
     uint32_t bits = (uint32_t)(k + 127) << 23;

@@ -124,6 +124,7 @@ int neural_get_threads(void);
 void neural_set_spin_us(int us);
 /* Software prefetch distance in bytes for the SIMD kernels (0 = off; a tuning knob). */
 void neural_set_prefetch(int bytes);
+int neural_get_prefetch(void);
 /* Bytes of one record's fixed part for a shape/format (no exception area). */
 int64_t neural_record_bytes(const neural_shape *s);
 

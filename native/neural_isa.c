@@ -21,7 +21,7 @@ float neural_scale2[256];
 /* Software prefetch distance. The rows of a group are contiguous, so a group's codes form one
    linear stream (64 B per block step for 4 rows); the kernels fetch one line per step this far
    ahead, and the scale rows likewise. 0 turns it off. */
-int neural_prefetch_bytes = 2048;
+int neural_prefetch_bytes = 4096;
 
 void neural_tables_init(void) {
     for (int s = 0; s < 256; s++) neural_scale2[s] = ldexpf(1.0f, s - 128);

@@ -23,9 +23,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     k.add_argument("--isa", default="auto", choices=["auto", "avx512", "avx2", "scalar"])
     k.add_argument("--seconds", type=float, default=4.0, help="measuring time per round")
     k.add_argument("--rounds", type=int, default=3, help="alternating probe/kernel rounds (median reported)")
+    k.add_argument("--prefetch", type=int, default=None, metavar="BYTES",
+                   help="software prefetch distance of the SIMD kernels (tuning; 0 = off)")
     k.add_argument("--path", default=None, help="keep the synthetic store at this path (reused if present)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(_bench=run_kernel)
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,14 +55,15 @@ def run_kernel(args: argparse.Namespace) -> int:
     try:
         r = run_kernel_bench(threads=args.threads, store_gib=args.store_gib, fmt=args.format, isa=args.isa,
                              seconds=args.seconds, rounds=max(1, args.rounds), path=args.path,
-                             progress=stderr_progress("synthetic store"))
+                             prefetch=args.prefetch, progress=stderr_progress("synthetic store"))
     except (NativeUnavailable, KernelError) as exc:
         return fail(str(exc))
     if args.json:
         d = r.as_dict()
-        d["cpu"] = platform.processor() or platform.machine()
+        d["cpu"] = cpu_name()
         print(json.dumps(d))
         return 0
+    print(f"cpu: {cpu_name()}", file=sys.stderr)
     print(f"store: {r.store_gib:.2f} GiB, {r.experts_in_store} experts of the 120b shape "
           f"({r.expert_bytes:,} B each, {r.format}); {r.threads} threads, {r.isa} path", file=sys.stderr)
     print(f"DRAM read probe : {r.probe_gbps:8.2f} GB/s")

@@ -41,6 +41,7 @@ class KernelBench:
     ms_per_token_88: float
     threads: int
     isa: str
+    prefetch: int
     format: str
     store_gib: float
     experts_in_store: int
@@ -100,11 +101,13 @@ def _store_at(path: str | None, gib: float, fmt: str,
 
 def run_kernel_bench(threads: int = 0, store_gib: float = 2.0, fmt: str = "raw", isa: str = "auto",
                      seconds: float = 4.0, rounds: int = 3, path: str | None = None, seed: int = 0,
-                     kernel: NativeKernel | None = None,
+                     kernel: NativeKernel | None = None, prefetch: int | None = None,
                      progress: Callable[[int, int], None] | None = None) -> KernelBench:
     k = kernel or load_kernel()
     k.set_isa(isa)
     k.set_threads(threads if threads > 0 else (os.cpu_count() or 1))
+    if prefetch is not None:
+        k.set_prefetch(prefetch)
     with _store_at(path, store_gib, fmt, progress) as p, ExpertStore.open(p) as store:
         n, layout = store.experts, store.layout
         shape = k.shape(H120, I120, store.fmt, 7.0, 1.702, layout.offsets)
@@ -148,6 +151,7 @@ def run_kernel_bench(threads: int = 0, store_gib: float = 2.0, fmt: str = "raw",
             ms_per_token_88=round(call_s * (TOKEN_EXPERTS / EXPERTS_PER_CALL) * 1e3, 3),
             threads=k.threads,
             isa=k.isa,
+            prefetch=k.prefetch,
             format=store.fmt,
             store_gib=round(total / (1 << 30), 3),
             experts_in_store=n,
