@@ -22,9 +22,9 @@ def engine_version() -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        pkg = version("neural")
-    except PackageNotFoundError:
-        pkg = None
+        pkg: str | None = version("neural")
+    except PackageNotFoundError:  # a source tree that was never pip-installed: read pyproject.toml
+        pkg = _pyproject_version()
     out: dict[str, Any] = {"package": pkg, "git": None}
     if (REPO_ROOT / ".git").exists():
         try:
@@ -35,6 +35,16 @@ def engine_version() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             pass
     return out
+
+
+def _pyproject_version() -> str | None:
+    import tomllib
+
+    try:
+        with (REPO_ROOT / "pyproject.toml").open("rb") as f:
+            return str(tomllib.load(f)["project"]["version"])
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def _cpu_model() -> str:

@@ -26,9 +26,9 @@ def test_request_set_shape():
     for prev, nxt in itertools.pairwise(bodies):  # each follow-up extends the previous request
         assert nxt["messages"][: len(prev["messages"])] == prev["messages"]
         assert [m["role"] for m in nxt["messages"][len(prev["messages"]):]] == ["assistant", "user"]
-    first = make_requests.estimated_tokens(bodies[0])
-    assert 11_000 <= first <= 14_000  # "~13k tokens" at 4 chars/token (code tokenizes denser)
-    assert make_requests.estimated_tokens(bodies[-1]) < 15_000  # + a 512-token answer fits 16k
+    # "~13k tokens" at 4 chars/token (o200k measured 13,538 and 15,141 on the GPU machine)
+    assert 12_500 <= make_requests.estimated_tokens(bodies[0]) <= 14_000
+    assert make_requests.estimated_tokens(bodies[-1]) < 15_400  # + framing + a 512-token answer fits 16k
 
 
 def test_resources_stay_small():
