@@ -1,0 +1,143 @@
+"""installer/neural.spec, executed with recording stand-ins for PyInstaller's build steps: what
+the bundle would contain (demo model, native kernel, harmony and every subcommand) and which
+executables it would make. The real build runs in CI (installer/build_linux.sh)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("PyInstaller")
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "installer" / "neural.spec"
+
+
+class Recorder:
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]]
+
+    def __init__(self) -> None:
+        self.calls = []
+        self.namespace: dict[str, Any] = {}
+
+    def step(self, name: str) -> Any:
+        rec = self
+
+        class Step:
+            def __init__(self, *args: Any, **kw: Any) -> None:
+                rec.calls.append((name, args, kw))
+                self.args, self.kw = args, kw
+                self.scripts = ["scripts"]
+                self.pure = ["pure"]
+                self.binaries = list(kw.get("binaries", []))
+                self.datas = list(kw.get("datas", []))
+
+        return Step
+
+    def of(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        return [(a, k) for n, a, k in self.calls if n == name]
+
+
+def run_spec(monkeypatch: pytest.MonkeyPatch, platform: str | None = None, **env: str) -> Recorder:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if platform:
+        monkeypatch.setattr(sys, "platform", platform)
+    rec = Recorder()
+    ns: dict[str, Any] = {name: rec.step(name) for name in ("Analysis", "PYZ", "EXE", "COLLECT")}
+    ns.update(SPECPATH=str(SPEC.parent), __file__=str(SPEC))
+    exec(compile(SPEC.read_text(), str(SPEC), "exec"), ns)
+    rec.namespace = ns
+    return rec
+
+
+@pytest.fixture(scope="module")
+def linux_build() -> Recorder:
+    with pytest.MonkeyPatch.context() as mp:
+        return run_spec(mp)
+
+
+def analysis(rec: Recorder) -> dict[str, Any]:
+    [(args, kw)] = rec.of("Analysis")
+    return {"scripts": args[0], **kw}
+
+
+def test_entry_point_is_the_cli_that_starts_the_gui_by_default(linux_build):
+    a = analysis(linux_build)
+    assert a["scripts"] == [str(ROOT / "installer" / "entry.py")]
+    assert a["pathex"] == [str(ROOT)]
+    [(_, exe)] = linux_build.of("EXE")
+    assert exe["name"] == "neural" and exe["console"] is True
+    [(_, coll)] = linux_build.of("COLLECT")
+    assert coll["name"] == "neural"
+
+
+def test_bundle_carries_the_demo_model(linux_build):
+    datas = analysis(linux_build)["datas"]
+    assert (str(ROOT / "resources" / "demo-model"), "resources/demo-model") in datas
+    assert (ROOT / "resources" / "demo-model" / "config.json").is_file()
+
+
+def test_bundle_carries_the_native_kernel(linux_build):
+    bins = analysis(linux_build)["binaries"]
+    assert bins and all(dest == "native" for _, dest in bins)
+    assert any(Path(src).name.startswith("_neural_native") for src, _ in bins)
+    hidden = analysis(linux_build)["hiddenimports"]
+    assert {"native._neural_native", "native.kernel", "_cffi_backend"} <= set(hidden)
+
+
+def test_every_own_module_is_collected_including_harmony_and_all_subcommands(linux_build):
+    hidden = set(analysis(linux_build)["hiddenimports"])
+    from app.cli.commands import MODULES
+
+    assert set(MODULES) <= hidden  # loaded by name: invisible to PyInstaller's import scan
+    for mod in ("engine.harmony", "engine.harmony.parser", "engine.harmony.render", "engine.session",
+                "app.selftest", "app.doctor", "app.api.server", "app.gui_main", "ui.main_window"):
+        assert mod in hidden, mod
+    assert not any(m.startswith("tests") for m in hidden)
+
+
+def test_triton_kernels_ship_as_source_when_triton_is_bundled(linux_build):
+    a = analysis(linux_build)
+    if "triton" in a["excludes"]:
+        pytest.skip("triton not installed here")
+    assert a["module_collection_mode"] == {"engine.gpu.kernels": "pyz+py"}  # triton's JIT reads the source
+    assert any(dest.startswith("include/python") for _, dest in a["datas"])  # headers for its launcher
+
+
+def test_unused_qt_and_test_tools_are_excluded(linux_build):
+    ex = set(analysis(linux_build)["excludes"])
+    assert {"pytest", "hypothesis", "transformers", "PySide6.QtQml", "PySide6.QtNetwork"} <= ex
+    for needed in ("PySide6.QtWidgets", "PySide6.QtGui", "PySide6.QtCore", "torch", "aiohttp", "qasync"):
+        assert needed not in ex
+
+
+def test_without_triton_the_gpu_kernels_and_triton_stay_out(monkeypatch):
+    rec = run_spec(monkeypatch, NEURAL_BUNDLE_TRITON="0")
+    a = analysis(rec)
+    assert "triton" in a["excludes"]
+    assert not any(m.startswith("engine.gpu.kernels") for m in a["hiddenimports"])
+    assert a["module_collection_mode"] == {}
+
+
+def test_drop_list_keeps_what_runs_and_drops_what_never_does(linux_build):
+    keep = linux_build.namespace["keep"]  # applied to what the hooks collected
+    for dest in ("torch/lib/libtorch_cpu.so", "torch/lib/torch_cuda.dll", "triton/backends/nvidia/bin/ptxas",
+                 "triton/backends/nvidia/lib/libdevice.10.bc", "triton/_C/libtriton.so",
+                 "PySide6/Qt/plugins/platforms/libqoffscreen.so", "resources/demo-model/model.safetensors"):
+        assert keep((dest, "src", "BINARY")), dest
+    for dest in ("torch/include/ATen/ATen.h", "torch/test/c10_test", "torch/bin/test_api",
+                 "triton/backends/amd/lib/ocml.bc", "triton/backends/nvidia/lib/cupti/libcupti.so",
+                 "triton/_C/libproton.so"):
+        assert not keep((dest, "src", "DATA")), dest
+
+
+def test_windows_build_adds_a_windowed_app_and_leaves_triton_out(monkeypatch):
+    rec = run_spec(monkeypatch, platform="win32")
+    exes = {kw["name"]: kw for _, kw in rec.of("EXE")}
+    assert exes["neural"]["console"] is True
+    assert exes["NeuralApp"]["console"] is False  # the shortcuts' target: no console window
+    assert "triton" in analysis(rec)["excludes"]
