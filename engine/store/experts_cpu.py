@@ -16,17 +16,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from native.kernel import ExpertRef, NativeKernel, load_kernel
 
-from ..checkpoint import Checkpoint
-from ..config import ModelConfig
 from .format import CHECKPOINT_PART, PART_NAMES, RecordLayout
 from .reader import ExpertStore, find_store
+
+if TYPE_CHECKING:  # torch only for the engine hook: the kernel and the bench run without it
+    import torch
+
+    from ..checkpoint import Checkpoint
+    from ..config import ModelConfig
 
 log = logging.getLogger(__name__)
 MAX_TOKENS = 16
@@ -119,6 +122,8 @@ class CpuExperts:
 
     def forward(self, layer: int, t: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """ExpertsFn: (layer, hidden [T, H], ids [T, k], weights [T, k]) -> [T, H] float32."""
+        import torch
+
         x = t.detach().to(torch.float32).contiguous().numpy()
         ids = idx.detach().to(torch.int64).numpy()
         w = weights.detach().to(torch.float32).numpy()

@@ -8,11 +8,10 @@ import mmap
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..checkpoint import Checkpoint
 from .format import (
     CHECKPOINT_PART,
     MAGIC,
@@ -26,6 +25,9 @@ from .format import (
     exception_area,
     record_parts,
 )
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpoint
 
 STORE_NAMES = {"packed": "experts-packed.nstore", "raw": "experts-raw.nstore"}
 

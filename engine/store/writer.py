@@ -12,11 +12,10 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..checkpoint import Checkpoint
 from .format import (
     CHECKPOINT_PART,
     DATA_ALIGN,
@@ -31,6 +30,9 @@ from .format import (
     align,
     encode_record,
 )
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpoint
 
 Progress = Callable[[int, int], None]  # (records done, records total)
 
