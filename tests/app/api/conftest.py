@@ -20,9 +20,6 @@ from engine.settings import EngineSettings
 
 from .scripted_engine import ScriptedEngine
 
-# Two intra-op threads on a 2-core CI box spin against each other: ~20x slower per token.
-torch.set_num_threads(1)
-
 CONTEXT = 2048
 
 
@@ -50,6 +47,16 @@ class LiveServer:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Two intra-op threads on a busy 2-core CI box spin against each other (~20x slower per
+    token on the tiny model); restored afterwards so other test folders are unaffected."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

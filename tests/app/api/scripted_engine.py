@@ -29,6 +29,7 @@ class ScriptedLogits:
         self._active: list[int] = []
         self._lock = threading.Lock()
         self.banned: set[int] = set()
+        self.fail_after: int | None = None  # raise after this many more forward calls (engine-failure tests)
         self.prefills: list[list[int]] = []  # token ids of each new prompt part, for assertions
 
     def __getattr__(self, name: str) -> Any:
@@ -47,8 +48,14 @@ class ScriptedLogits:
             self._scripts.clear()
             self._active = []
             self.banned = set()
+            self.fail_after = None
 
     def forward(self, ids: list[int], progress: Any = None) -> torch.Tensor:
+        if self.fail_after is not None:
+            if self.fail_after <= 0:
+                self.fail_after = None
+                raise RuntimeError("simulated device failure")
+            self.fail_after -= 1
         logits = self.inner.forward(ids, progress)
         with self._lock:
             if progress is not None:  # the session's prefill: a new generation starts

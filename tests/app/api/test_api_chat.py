@@ -163,3 +163,22 @@ def test_follow_up_reuses_the_cached_prefix(client: openai.OpenAI, scripted: Scr
     # everything the first request processed (its prompt and its answer) is reused
     assert r1.usage.prompt_tokens + r1.usage.completion_tokens - 1 <= cached < r2.usage.prompt_tokens
     assert r2.choices[0].message.content == "Rome."
+
+
+def test_engine_failure_is_a_500_then_service_continues(client: openai.OpenAI, scripted: ScriptedEngine) -> None:
+    scripted.scripted.fail_after = 0  # the prompt pass itself fails
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert "simulated device failure" in str(info.value.body)
+
+    scripted.ban_stops()
+    scripted.scripted.fail_after = 3  # fails mid-stream: the stream ends with an error event
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+    with pytest.raises(openai.APIError, match="simulated device failure"):
+        for _ in stream:
+            pass
+
+    scripted.scripted.clear()
+    scripted.expect("<|channel|>final<|message|>recovered<|return|>")
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content == "recovered"
