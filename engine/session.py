@@ -78,6 +78,9 @@ def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProg
                 return GpuBackend.create(ck, settings, progress=progress), ""
             except GpuUnavailable as exc:
                 note = f"GPU not used: {exc}; using the CPU engine"
+            except Exception as exc:  # a GPU bug or driver problem must not cost the user the engine
+                log.exception("GPU backend failed to start")
+                note = f"GPU backend failed to start ({type(exc).__name__}: {exc}); using the CPU engine"
         if note:
             log.warning(note)
     if want in ("auto", "gpu", "cpu"):
