@@ -31,10 +31,14 @@ def host_name(host_header: str) -> str:
     h = host_header.strip().lower()
     if h.startswith("["):
         end = h.find("]")
-        return h[1:end] if end > 0 else h
-    if h.count(":") == 1:
-        h = h.split(":", 1)[0]
-    return h.rstrip(".")
+        rest = h[end + 1:] if end > 0 else ""
+        if end > 0 and (rest == "" or (rest[0] == ":" and rest[1:].isdigit())):
+            return h[1:end]
+        return h  # malformed: kept whole, so it matches no allowed name
+    name, colon, port = h.partition(":")
+    if colon and not port.isdigit():
+        return h
+    return name.rstrip(".")
 
 
 def is_loopback_name(name: str) -> bool:

@@ -58,7 +58,8 @@ class ApiServer:
         # generation instead of letting it run to max_tokens.
         runner = web.AppRunner(self.build_app(), handler_cancellation=True, access_log=log)
         await runner.setup()
-        site = web.TCPSite(runner, self.config.host, self.config.port, reuse_address=True)
+        # asyncio's default SO_REUSEADDR choice: on Windows it would let another process share the port.
+        site = web.TCPSite(runner, self.config.host, self.config.port)
         try:
             await site.start()
         except OSError as exc:
@@ -67,9 +68,8 @@ class ApiServer:
             raise OSError(exc.errno, f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}. "
                           f"Is another server using the port? Pick another with --port.") from exc
         self._runner, self._site = runner, site
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        addresses = runner.addresses
+        self.port = int(addresses[0][1]) if addresses else self.config.port
         self.started_at = time.time()
         log.info("API server listening on %s", self.url)
 

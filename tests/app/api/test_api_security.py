@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.api import ServerConfig
 from app.api.security import host_name, is_loopback_name
@@ -29,7 +31,8 @@ def test_loopback_host_names_are_accepted(host: str) -> None:
 
 
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:8080", "127.0.0.1.evil.example", "localhost.evil.com",
-                                  "10.0.0.5:8080", "[fe80::1]:80", "0.0.0.0", "", "[::1", "192.168.1.2"])
+                                  "10.0.0.5:8080", "[fe80::1]:80", "0.0.0.0", "", "[::1", "192.168.1.2",
+                                  "localhost:80@evil.example", "localhost:x", "[::1]evil", "127.0.0.1:80:80"])
 def test_foreign_host_names_are_refused(host: str) -> None:
     assert not is_loopback_name(host_name(host))
 
@@ -136,3 +139,31 @@ def test_port_in_use_is_a_clear_error(make_server, engine: ScriptedEngine) -> No
     first = make_server()
     with pytest.raises(OSError, match="--port"):
         LiveServer(engine, ServerConfig(port=first.server.port or 0))
+
+
+hostnames = st.from_regex(r"[a-z0-9][a-z0-9.-]{0,30}(:[0-9]{1,5})?", fullmatch=True)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(host=hostnames.filter(lambda h: not is_loopback_name(host_name(h))))
+def test_hypothesis_foreign_host_is_403(live, host: str) -> None:
+    r = RawClient(live.server.port).get("/v1/models", headers={"Host": host})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_host"
+
+
+@pytest.fixture(scope="module")
+def keyed(engine: ScriptedEngine):
+    from .conftest import LiveServer
+
+    srv = LiveServer(engine, ServerConfig(port=0, api_key="right-key"))
+    yield srv
+    srv.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(auth=st.none() | st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=30)
+       .filter(lambda a: a.strip() not in ("Bearer right-key",)))
+def test_hypothesis_missing_or_wrong_key_is_401(keyed, auth: str | None) -> None:
+    headers = {} if auth is None else {"Authorization": auth}
+    r = RawClient(keyed.server.port).post("/v1/chat/completions", json={"messages": USER}, headers=headers)
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
