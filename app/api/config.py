@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -20,7 +20,6 @@ class ServerConfig:
     max_waiting: int = DEFAULT_QUEUE  # requests that may wait behind the running one before 429
     max_body_bytes: int = int(DEFAULT_MAX_BODY_MB * 1024 * 1024)
     model_id: str | None = None  # the id /v1/models reports; None = the engine's model name
-    extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
