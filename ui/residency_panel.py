@@ -74,7 +74,8 @@ class SlotMap(QWidget):
     def set_data(self, slots: list[tuple[int, int, int]], hits: list[list[float]]) -> None:
         self.slots, self.hits = list(slots), [list(h) for h in hits]
         rows = max(1, len(self.slots))
-        self.setFixedHeight(min(360, max(40, rows * 7 + 4)))
+        per_row = min(18, max(5, 240 // rows))  # a few layers get tall rows, 36 layers about 7 px
+        self.setFixedHeight(rows * per_row + 2)
         self.update()
 
     def sizeHint(self) -> QSize:
@@ -168,6 +169,47 @@ class RatePlot(QWidget):
         p.end()
 
 
+class PhaseBars(QWidget):
+    """Time per token by phase: one labelled bar each, as a share of the per-token total."""
+
+    def __init__(self, theme: Theme = LIGHT, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.theme = theme
+        self.phases: list[tuple[str, float]] = []
+        self.total = 0.0
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def set_phases(self, phases_ms: dict[str, float]) -> None:
+        items = dict(phases_ms)
+        # Engines may report the whole token next to its parts; that is the total, not a phase.
+        total = items.pop("token", None) or items.pop("total", None) or sum(items.values())
+        self.total = float(total)
+        self.phases = sorted(items.items(), key=lambda kv: -kv[1])
+        self.setFixedHeight(18 * len(self.phases) + 4)
+        self.update()
+
+    def paintEvent(self, _e: QPaintEvent) -> None:
+        if not self.phases:
+            return
+        p = QPainter(self)
+        t = self.theme
+        fm = self.fontMetrics()
+        name_w = max(fm.horizontalAdvance(n) for n, _ in self.phases) + 8
+        val_w = fm.horizontalAdvance("00,000.0 ms") + 8
+        bar_w = max(10, self.width() - name_w - val_w - 4)
+        top = max(self.total, max(v for _, v in self.phases), 1e-9)
+        for i, (name, ms) in enumerate(self.phases):
+            y = 2 + i * 18
+            p.setPen(QColor(t.text))
+            p.drawText(QRectF(0, y, name_w, 16), int(Qt.AlignmentFlag.AlignVCenter), name)
+            p.drawText(QRectF(name_w, y, val_w - 8, 16),
+                       int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight), f"{ms:,.1f} ms")
+            x0 = name_w + val_w
+            p.fillRect(QRectF(x0, y + 3, bar_w, 10), QColor(t.slot_free))
+            p.fillRect(QRectF(x0, y + 3, max(1.0, bar_w * ms / top), 10), QColor(t.accent))
+        p.end()
+
+
 class ResidencyPanel(QFrame):
     def __init__(self, theme: Theme = LIGHT, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -186,6 +228,11 @@ class ResidencyPanel(QFrame):
         self.note_label.setObjectName("warning")
         self.note_label.setWordWrap(True)
         lay.addWidget(self.note_label)
+        self.backend_note = QLabel()  # why a faster backend was not used, as the engine said it
+        self.backend_note.setObjectName("muted")
+        self.backend_note.setWordWrap(True)
+        self.backend_note.setVisible(False)
+        lay.addWidget(self.backend_note)
 
         sec = QLabel("VRAM expert slots")
         sec.setObjectName("heading")
@@ -219,6 +266,13 @@ class ResidencyPanel(QFrame):
         lay.addWidget(plot_title)
         self.plot = RatePlot(theme)
         lay.addWidget(self.plot)
+        self.ram_title = QLabel("Expert bytes in RAM")
+        self.ram_title.setObjectName("heading")
+        lay.addWidget(self.ram_title)
+        self.ram_label = QLabel()
+        self.ram_label.setWordWrap(True)
+        self.ram_label.setObjectName("muted")
+        lay.addWidget(self.ram_label)
         sec2 = QLabel("Last request")
         sec2.setObjectName("heading")
         lay.addWidget(sec2)
@@ -226,9 +280,11 @@ class ResidencyPanel(QFrame):
         self.last_label.setWordWrap(True)
         self.last_label.setObjectName("muted")
         lay.addWidget(self.last_label)
-        self.phases_label = QLabel()
-        self.phases_label.setWordWrap(True)
-        lay.addWidget(self.phases_label)
+        self.phases_title = QLabel()
+        self.phases_title.setObjectName("muted")
+        lay.addWidget(self.phases_title)
+        self.phases = PhaseBars(theme)
+        lay.addWidget(self.phases)
         lay.addStretch(1)
         self.last_usage: Usage | None = None
         self.snapshots = 0
@@ -251,6 +307,7 @@ class ResidencyPanel(QFrame):
         self.theme = theme
         self.slot_map.theme = theme
         self.plot.theme = theme
+        self.phases.theme = theme
         self.legend.setText(self._legend_html())
         self.update()
 
@@ -302,17 +359,35 @@ class ResidencyPanel(QFrame):
             self.plot.add(t.prompt_tps, t.decode_tps)
             if self.last_usage is None:
                 self.last_label.setText("In progress…")
+        self._update_ram_residency(t)
         if t.phases_ms:
-            total = sum(t.phases_ms.values()) or 1.0
-            rows = []
-            for name, ms in sorted(t.phases_ms.items(), key=lambda kv: -kv[1]):
-                bar = "█" * max(1, round(12 * ms / total))
-                rows.append(f"<tr><td>{name}</td><td align='right'>&nbsp;{ms:,.1f} ms&nbsp;</td>"
-                            f"<td><span style='color:{self.theme.accent}'>{bar}</span></td></tr>")
-            self.phases_label.setText("<table cellspacing='0'>" + "".join(rows) + "</table>")
-            self.phases_label.setVisible(True)
-        else:
-            self.phases_label.setVisible(False)
+            self.phases.set_phases(t.phases_ms)
+            self.phases_title.setText(f"Time per token: {self.phases.total:,.1f} ms, by phase")
+        self.phases.setVisible(bool(t.phases_ms))
+        self.phases_title.setVisible(bool(t.phases_ms))
+
+    def _update_ram_residency(self, t: Telemetry) -> None:
+        """The CPU side: how much of the expert store is in RAM, locked, warming up, faulting."""
+        lines = []
+        if t.store_bytes:
+            frac = t.store_resident_bytes / t.store_bytes
+            lines.append(f"resident {fmt_gib(t.store_resident_bytes)} of {fmt_gib(t.store_bytes)} ({frac * 100:.0f} %)")
+        if t.ram_locked_bytes or t.ram_budget_bytes:
+            lines.append(f"locked {fmt_gib(t.ram_locked_bytes)} of a {fmt_gib(t.ram_budget_bytes)} budget")
+        if t.warmup_state:
+            lines.append(f"warm-up: {t.warmup_state} ({t.warmup_fraction * 100:.0f} %)")
+        if t.faults_major_per_token or t.faults_minor_per_token:
+            lines.append(f"page faults per token: {t.faults_major_per_token:.1f} major, "
+                         f"{t.faults_minor_per_token:.1f} minor")
+        if t.residency_note:
+            lines.append(t.residency_note)
+        self.ram_label.setText("<br>".join(lines))
+        self.ram_title.setVisible(bool(lines))
+        self.ram_label.setVisible(bool(lines))
+
+    def set_backend_note(self, note: str) -> None:
+        self.backend_note.setText(note)
+        self.backend_note.setVisible(bool(note))
 
     def set_last_usage(self, u: Usage) -> None:
         self.last_usage = u

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ class AppController(QObject):
         self.host.stateChanged.connect(self._host_state)
         self.host.loadProgress.connect(w.engine_status.set_progress)
         self.host.engineLoaded.connect(self.api.set_engine)
-        self.host.engineLoaded.connect(lambda _e: self._update_backend_label())
+        self.host.engineLoaded.connect(self._engine_loaded)
 
         w.newChatRequested.connect(self.chat.new_conversation)
         w.stopRequested.connect(self.chat.stop)
@@ -75,8 +76,8 @@ class AppController(QObject):
         self.timer.setInterval(TELEMETRY_MS)
         self.timer.timeout.connect(self._poll)
         self.timer.start()
-        hints = QGuiApplication.styleHints()
-        hints.colorSchemeChanged.connect(lambda _s: self._follow_system_theme())
+        self._hints = QGuiApplication.styleHints()
+        self._hints.colorSchemeChanged.connect(self._follow_system_theme)
         self._closed = False
         self.api_task: asyncio.Future[Any] | None = None
 
@@ -202,6 +203,10 @@ class AppController(QObject):
             ok, why = True, ""
         self.window.chat.set_can_send(ok, "" if ok else why)
 
+    def _engine_loaded(self, engine: Any) -> None:
+        self._update_backend_label()
+        self.window.residency.set_backend_note(engine.info.backend_note)
+
     def _update_backend_label(self) -> None:
         """Header: which model answers, with a short tag when it is not a real gpt-oss (full note as tooltip)."""
         tip = ""
@@ -319,8 +324,8 @@ class AppController(QObject):
         self.window.set_theme(self.theme)
         self.chat.render_thread()
 
-    def _follow_system_theme(self) -> None:
-        if self.settings.theme == "system":
+    def _follow_system_theme(self, *_scheme: object) -> None:
+        if self.settings.theme == "system" and not self._closed:
             self.apply_theme()
 
     # ---- export ---------------------------------------------------------------------------
@@ -361,6 +366,8 @@ class AppController(QObject):
             return
         self._closed = True
         self.timer.stop()
+        with contextlib.suppress(RuntimeError, TypeError):  # already gone with the application
+            self._hints.colorSchemeChanged.disconnect(self._follow_system_theme)
         self.chat.stop()
         self.host.shutdown()
         self.store.close()

@@ -35,7 +35,7 @@ def store_status(model_dir: str | Path) -> tuple[bool, str]:
     if found is not None:
         return True, f"Expert store: {found.name} ({found.stat().st_size / 2**30:.2f} GiB), used by the CPU kernel."
     size = store_size_bytes(cfg)
-    return False, (f"No expert store yet: the CPU reads experts from the checkpoint directly (works, slower). "
+    return False, (f"No expert store yet: the CPU reads experts from the checkpoint (works, slower). "
                    f"Building one writes {size / 2**30:.2f} GiB next to the model, once.")
 
 

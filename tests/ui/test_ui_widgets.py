@@ -87,6 +87,7 @@ def test_residency_panel_cpu_engine_is_honest(qtbot):
     assert "CPU engine — no VRAM slots" in p.no_slots_label.text()
     assert not p.slot_map.isVisibleTo(p) and p.values["hit"].text().startswith("—")
     assert p.values["vram"].text() == "none" and "process" in p.values["ram"].text()
+    assert not p.ram_label.isVisibleTo(p)  # nothing reported, nothing shown
     assert p.note_label.text() == "random weights"
     assert list(p.plot.decode) == [40.0]
     p.set_last_usage(Usage(prompt_tokens=200, cached_tokens=150, completion_tokens=11, prompt_seconds=0.5,
@@ -100,13 +101,18 @@ def test_residency_panel_shows_slots_reported_by_engine(qtbot):
     t = Telemetry(state="generating", backend="gpu-hybrid", layers=2, experts_per_layer=8,
                   slots=[(2, 3, 1), (2, 2, 2)], slot_hits=[[5, 0, 1, 2, 3, 0], [1.0, 9.0]], vram_hit_rate=0.42,
                   vram_used_bytes=3 << 30, vram_reserved_bytes=4 << 30, ram_used_bytes=5 << 30,
-                  phases_ms={"attention": 3.0, "experts_gpu": 2.0, "experts_cpu": 5.0})
+                  phases_ms={"attention": 3.0, "experts_gpu": 2.0, "experts_cpu": 5.0},
+                  store_bytes=8 << 30, store_resident_bytes=6 << 30, warmup_state="warming", warmup_fraction=0.5,
+                  faults_major_per_token=2.0)
     p.update_telemetry(t)
     assert p.slot_map.isVisibleTo(p) and not p.no_slots_label.isVisibleTo(p)
     assert p.slot_map.slots == [(2, 3, 1), (2, 2, 2)]
     assert p.values["hit"].text().startswith("42.0 %") and p.values["held"].text() == "4 static + 5 adaptive; 3 on CPU"
     assert "3.00 GiB" in p.values["vram"].text() and p.values["ram"].text() == "5.00 GiB"
-    assert "experts_cpu" in p.phases_label.text()
+    assert p.phases.phases[0] == ("experts_cpu", 5.0) and p.phases.total == 10.0
+    assert "10.0 ms" in p.phases_title.text()
+    ram = p.ram_label.text()
+    assert "resident 6.00 GiB of 8.00 GiB (75 %)" in ram and "warming (50 %)" in ram and "2.0 major" in ram
     # hits since load -> recent hits: a second snapshot colours by what changed in between
     t.slot_hits = [[5, 0, 1, 2, 3, 0], [1.0, 19.0]]
     p.update_telemetry(t)
