@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ui.qt import QDialog, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-DEMO, FOLDER, LATER = "demo", "folder", "later"
+DEMO, FOLDER, LATER = "demo", "folder", "later"  # LATER: closed without choosing
 
 
 class FirstRunDialog(QDialog):
@@ -19,8 +19,9 @@ class FirstRunDialog(QDialog):
             "<h3>Welcome to Neural</h3>"
             "<p>Neural runs OpenAI's <b>gpt-oss-120b</b> (or gpt-oss-20b) on this PC: the GPU holds the hottest "
             "experts, the CPU computes the rest from RAM.</p>"
-            "<p><b>No model is configured yet.</b> You can:</p><ul>"
-            "<li><b>Try the demo model</b> — a tiny model with the gpt-oss architecture, bundled with the app. "
+            "<p><b>No model is configured yet, so the demo model is loading.</b> You can:</p><ul>"
+            "<li><b>Continue with the demo model</b> — a tiny model with the gpt-oss architecture, bundled "
+            "with the app. "
             "It is <i>not</i> gpt-oss: its answers are short and often wrong, but every part of the app works "
             "with it. The app always shows which model is answering.</li>"
             "<li><b>Choose the folder</b> of a downloaded gpt-oss checkpoint (e.g. "
@@ -29,17 +30,14 @@ class FirstRunDialog(QDialog):
         text.setWordWrap(True)
         lay.addWidget(text)
         row = QHBoxLayout()
-        demo = QPushButton("Use the demo model")
+        demo = QPushButton("Continue with the demo model")
         demo.setObjectName("primary")
         demo.clicked.connect(self._demo)
         folder = QPushButton("Choose model folder…")
         folder.clicked.connect(self._folder)
-        later = QPushButton("Later")
-        later.clicked.connect(self.reject)
         row.addWidget(demo)
         row.addWidget(folder)
         row.addStretch(1)
-        row.addWidget(later)
         lay.addLayout(row)
 
     def _demo(self) -> None:
