@@ -11,7 +11,7 @@ class FirstRunDialog(QDialog):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Welcome to Neural")
-        self.setMinimumWidth(560)
+        self.setMinimumSize(560, 260)
         self.choice = LATER
         self.folder = ""
         lay = QVBoxLayout(self)

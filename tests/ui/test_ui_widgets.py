@@ -123,3 +123,15 @@ def test_residency_panel_shows_slots_reported_by_engine(qtbot):
     assert not img.isNull()
     # the first cell of layer 0 is a hot static slot: drawn in (nearly) full static colour, unlike a free cell
     assert img.pixelColor(3, 3) != img.pixelColor(img.width() - 3, 3)
+
+
+def test_crash_dialog_shows_message_details_and_log(qtbot, tmp_path):
+    from ui.crash_dialog import CrashDialog
+
+    d = CrashDialog("ValueError: boom", "Traceback ...\nValueError: boom", tmp_path / "neural.log")
+    qtbot.addWidget(d)
+    assert "boom" in d.details.toPlainText()
+    from ui.qt import QLabel
+
+    labels = " ".join(lbl.text() for lbl in d.findChildren(QLabel))
+    assert "ValueError: boom" in labels and "neural.log" in labels

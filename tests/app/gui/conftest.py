@@ -39,7 +39,8 @@ def make_app(qtbot, tmp_path: Path, tiny_model: Path) -> Iterator[Callable[..., 
 
     made: list[AppController] = []
 
-    def make(home: Path | None = None, max_tokens: int = 6, show: bool = False, **kw: object) -> AppController:
+    def make(home: Path | None = None, max_tokens: int = 6, show: bool = False, first_run: bool = False,
+             **kw: object) -> AppController:
         paths = AppPaths.under(home or tmp_path / "home")
         settings = load_settings(paths.settings_file)
         settings.model_dir = str(kw.pop("model_dir", tiny_model) or "")
@@ -55,7 +56,7 @@ def make_app(qtbot, tmp_path: Path, tiny_model: Path) -> Iterator[Callable[..., 
         if show:
             c.window.show()
             qtbot.waitExposed(c.window)
-        c.start(first_run_dialog=False)
+        c.start(first_run_dialog=first_run)
         if settings.model_dir and kw.get("wait", True):
             qtbot.waitUntil(lambda: c.host.state == READY, timeout=30000)
         made.append(c)

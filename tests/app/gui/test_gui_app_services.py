@@ -187,3 +187,32 @@ def test_preferences_build_expert_store_with_progress_then_reload(qtbot, make_ap
     assert dlg.store_label.text().startswith("Expert store: experts-packed.nstore")
     assert not dlg.store_btn.isVisibleTo(dlg)
     dlg.close()
+
+
+def test_first_run_dialog_choose_folder_builds_store_then_loads(qtbot, make_app, tiny_model, tmp_path):
+    import shutil
+
+    from ui.first_run_dialog import FOLDER, FirstRunDialog
+    from ui.qt import QTimer
+
+    model = tmp_path / "gpt-oss-like"
+    shutil.copytree(tiny_model, model)
+    seen: list[str] = []
+
+    def answer() -> None:
+        dlg = QApplication.activeModalWidget()
+        if not isinstance(dlg, FirstRunDialog):
+            QTimer.singleShot(50, answer)
+            return
+        seen.append("dialog")
+        dlg.choice, dlg.folder = FOLDER, str(model)  # what "Choose model folder…" sets
+        dlg.accept()
+
+    QTimer.singleShot(50, answer)
+    c = make_app(model_dir="", wait=False, first_run=True)
+    qtbot.waitUntil(lambda: seen == ["dialog"], timeout=20000)
+    qtbot.waitUntil(lambda: c.host.state == READY and c.host.engine is not None
+                    and c.host.engine.info.model_dir == model, timeout=60000)
+    assert (model / "experts-packed.nstore").is_file()  # built before the first load
+    assert load_settings(c.paths.settings_file).model_dir == str(model)
+    assert load_settings(c.paths.settings_file).first_run_done
