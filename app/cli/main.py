@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # the CLI prints fallbacks itself; engine log lines would repeat them
     logging.basicConfig(level=os.environ.get("NEURAL_LOG", "ERROR").upper())
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--self-test"]:  # the installer bundle's flag, also accepted here
+        argv[0] = "selftest"
     parser = build_parser()
     args = parser.parse_args(argv)
     run = getattr(args, "_run", None)
