@@ -71,3 +71,46 @@ class DeviceReference(ReferenceModel):
     def forward(self, ids: list[int], cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
         with torch.device(self.device):
             return super().forward(ids, cache, last_only).to("cpu")
+
+
+class ForcedRoutingReference(DeviceReference):
+    """The reference with the expert *choice* taken from a recorded routing (weights are still
+    the reference's softmax over its own router logits for those experts).
+
+    Top-k is discontinuous: in a deep random model a rounding-level difference in one router
+    input flips an expert, and the flip cascades, so unforced bf16 and fp32 references already
+    disagree completely after a few layers. Forcing the choice compares everything else; each
+    disagreement between the recorded choice and the reference's own top-k is logged with how
+    far the recorded expert's logit sat below the reference's k-th logit (``flips``).
+    """
+
+    def __init__(self, ck: Checkpoint, dtype: torch.dtype, device: torch.device, forced: np.ndarray,
+                 expert_cache_bytes: int = 256 << 20) -> None:
+        super().__init__(ck, dtype, device, expert_cache_bytes)
+        self.forced = forced  # [positions, layers, k] expert ids
+        self.flips: list[tuple[int, int, float]] = []  # (position, layer, logit gap)
+        self.routed = 0
+        self._positions: torch.Tensor | None = None
+
+    def layer(self, i: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        self._positions = positions
+        return super().layer(i, x, positions, cache)
+
+    def route(self, layer: int, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch.nn.functional as F
+
+        assert self._positions is not None
+        p = f"model.layers.{layer}.mlp.router."
+        logits = F.linear(t, self.w(p + "weight"), self.w(p + "bias"))
+        k = self.cfg.num_experts_per_tok
+        pos = self._positions.cpu().numpy()
+        idx = torch.as_tensor(self.forced[pos, layer], dtype=torch.long, device=logits.device)
+        own_top, own_idx = torch.topk(logits.float(), k, dim=-1)
+        for row in range(idx.shape[0]):
+            self.routed += 1
+            mine = set(idx[row].tolist())
+            if mine != set(own_idx[row].tolist()):
+                worst = float(logits[row, idx[row]].float().min())
+                self.flips.append((int(pos[row]), layer, float(own_top[row, -1]) - worst))
+        top = logits.gather(-1, idx)
+        return idx, F.softmax(top, dim=-1, dtype=top.dtype)

@@ -57,6 +57,13 @@ class AdmissionPolicy:
         np.add.at(self.scores[layer], idx, weight)
         np.add.at(self.counts[layer], idx, 1)
 
+    def observe_token(self, layer: int, experts: list[int], weight: float = 1.0) -> None:
+        """observe() for one token's few experts without numpy's per-call overhead."""
+        sc, ct = self.scores[layer], self.counts[layer]
+        for e in experts:
+            sc[e] += weight
+            ct[e] += 1
+
     def observe_prompt(self, routing: np.ndarray) -> None:
         """routing: int [tokens, layers, k] expert ids of a processed prompt."""
         t = routing.shape[0]

@@ -49,7 +49,7 @@ class GpuBackend:
 
     def __init__(self, ck: Checkpoint, settings: EngineSettings, device: torch.device, interpret: bool,
                  use_graphs: bool, progress: LoadProgress | None, prefer_native: bool,
-                 hot_set_file: Path | None) -> None:
+                 hot_set_file: Path | None, prefault: bool = False) -> None:
         from .admission import AdmissionPolicy, AdmissionSettings, Residency
         from .budget import plan_vram
         from .core import GpuCore
@@ -74,6 +74,10 @@ class GpuBackend:
         copier = CudaCopier(self.core, self.capture) if self.core.cuda else SyncCopier(self.core, self.capture)
         self.residency = Residency(self.pool, self.policy, copier, adm.capture_buffers)
         self.misses = make_miss_experts(ck, self.core.layout, settings.threads(), prefer_native)
+        if prefault:
+            if progress is not None:
+                progress("Mapping expert pages", 0.9)
+            log.info("expert pages touched in %.1f s", self.misses.prefault())
         self.decoder = Decoder(self.core, self.misses, self.pool, self.policy, self.residency, capture_np)
         self.ids: list[int] = []
         self.checkpoints: list = []
@@ -97,9 +101,11 @@ class GpuBackend:
     @classmethod
     def create(cls, ck: Checkpoint, settings: EngineSettings, progress: LoadProgress | None = None, *,
                interpret: bool = False, use_graphs: bool = True, prefer_native: bool = True,
-               hot_set_file: Path | bool | None = True) -> GpuBackend:
+               hot_set_file: Path | bool | None = True, prefault: bool = False) -> GpuBackend:
         """Build the backend or raise GpuUnavailable. ``interpret`` runs the same kernels on the
-        CPU under TRITON_INTERPRET=1 (tests only)."""
+        CPU under TRITON_INTERPRET=1 (tests only). ``prefault`` touches every expert page of the
+        checkpoint mapping once (one read of the expert bytes) so decode takes no first-touch
+        page faults."""
         if interpret:
             if os.environ.get("TRITON_INTERPRET") != "1":
                 raise GpuUnavailable("interpret mode needs TRITON_INTERPRET=1 before Triton is imported")
@@ -132,7 +138,7 @@ class GpuBackend:
                                      f"({plan.describe()}); lower vram_budget_gib or pool_gib")
         path = hot_set_path(ck.fingerprint()) if hot_set_file is True else (hot_set_file or None)
         try:
-            return cls(ck, settings, device, interpret, use_graphs, progress, prefer_native, path)
+            return cls(ck, settings, device, interpret, use_graphs, progress, prefer_native, path, prefault)
         except torch.cuda.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
             raise GpuUnavailable(f"out of GPU memory while loading ({exc})") from exc

@@ -10,7 +10,9 @@ VRAM slot (copy-on-compute). ``TorchMisses`` is the PyTorch fallback with the sa
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -27,10 +29,14 @@ log = logging.getLogger(__name__)
 class MissExperts(Protocol):
     name: str
 
-    def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: np.ndarray, out: np.ndarray,
+    def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
                 captures: dict[int, np.ndarray]) -> None:
         """out[H] = sum_k weights[k] * expert_k(x) (zeros if no experts); for each expert in
         ``captures`` also write its slot-layout bytes into that (pinned, uint8) buffer."""
+        ...
+
+    def prefault(self) -> float:
+        """Touch every expert page once (so decode never takes first-touch page faults); seconds."""
         ...
 
 
@@ -69,13 +75,24 @@ class NativeMisses:
             self._refs[(layer, e)] = ref
         return ref
 
-    def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: np.ndarray, out: np.ndarray,
+    def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
                 captures: dict[int, np.ndarray]) -> None:
         if not experts:
             out.fill(0.0)
             return
-        refs = [self._ref(layer, e, captures.get(e)) for e in experts]
-        self.k.moe_token(self.shape, refs, np.ascontiguousarray(weights, dtype=np.float32), x, out)
+        if captures:
+            refs = [self._ref(layer, e, captures.get(e)) for e in experts]
+        else:
+            get = self._refs.get
+            refs = [get((layer, e)) or self._ref(layer, e, None) for e in experts]
+        self.k.moe_token(self.shape, refs, np.asarray(weights, dtype=np.float32), x, out)
+
+    def prefault(self) -> float:
+        t0 = time.perf_counter()
+        for layer in range(self.ck.config.num_hidden_layers):
+            for part in SLOT_PARTS:
+                self.k.probe_read(self.ck.array(f"model.layers.{layer}.mlp.experts.{part}"))
+        return time.perf_counter() - t0
 
 
 class TorchMisses:
@@ -107,7 +124,10 @@ class TorchMisses:
             self._bytes -= sum(t.numel() * 4 for t in old)
         return w
 
-    def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: np.ndarray, out: np.ndarray,
+    def prefault(self) -> float:
+        return 0.0
+
+    def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
                 captures: dict[int, np.ndarray]) -> None:
         cfg = self.ck.config
         acc = torch.zeros(cfg.hidden_size, dtype=torch.float32)

@@ -133,33 +133,42 @@ class Decoder:
         st.admission += time.perf_counter() - ta
         routing = np.zeros((cfg.num_hidden_layers, k), dtype=np.int64) if self.record_routing is not None else None
         hits = 0
+        n_static = self.pool.n_static
+        frozen = self.policy.frozen
+        observe = self.policy.observe_token
         for layer in range(cfg.num_hidden_layers):
             tl0 = time.perf_counter()
             c.run_layer(layer)
             tl1 = time.perf_counter()
             self._wait(layer, step)
             tl2 = time.perf_counter()
-            r = c.np_route[layer]
-            ids = r[:k].copy()
-            weights = r[bt : bt + k].view(np.float32).copy()
-            slots = r[2 * bt : 2 * bt + k]
-            hit = slots >= 0
-            nh = int(hit.sum())
-            ns = int((hit & (slots < self.pool.n_static)).sum())
+            row = c.np_route[layer]
+            ids = row[:k].tolist()
+            wts = row[bt : bt + k].view(np.float32).tolist()
+            slots = row[2 * bt : 2 * bt + k].tolist()
+            miss_ids: list[int] = []
+            miss_w: list[float] = []
+            nh = ns = 0
+            for e, w, s in zip(ids, wts, slots, strict=True):
+                if s < 0:
+                    miss_ids.append(e)
+                    miss_w.append(w)
+                else:
+                    nh += 1
+                    ns += s < n_static
             hits += nh
             kinds = st.per_layer_kinds[layer]
             kinds[0] += ns
             kinds[1] += nh - ns
             kinds[2] += k - nh
-            miss_ids = [int(e) for e in ids[~hit]]
-            caps = self.residency.captures_for(layer, miss_ids) if miss_ids and not self.policy.frozen else {}
+            caps = self.residency.captures_for(layer, miss_ids) if miss_ids and not frozen else {}
             tl3 = time.perf_counter()
-            self.misses.compute(layer, c.np_t, miss_ids, weights[~hit], c.np_cpu_moe[layer % 2],
-                                {e: self.capture_np[b] for e, b in caps.items()})
+            self.misses.compute(layer, c.np_t, miss_ids, miss_w, c.np_cpu_moe[layer % 2],
+                                {e: self.capture_np[b] for e, b in caps.items()} if caps else {})
             tl4 = time.perf_counter()
             if caps:
                 self.residency.after_compute(layer, caps)
-            self.policy.observe(layer, ids, prompt_weight)
+            observe(layer, ids, prompt_weight)
             if routing is not None:
                 routing[layer] = ids
             tl5 = time.perf_counter()

@@ -23,16 +23,17 @@ def pow2(n: int) -> int:
 @dataclass(frozen=True)
 class Tiles:
     qkv_pairs: int = 8
-    k_block: int = 256  # reduction chunk of the bf16 GEMVs
-    oproj_rows: int = 16
-    router_rows: int = 8
+    k_block: int = 512  # reduction chunk of the bf16 GEMVs
+    oproj_rows: int = 8
+    router_rows: int = 4
     attn_block: int = 64
     attn_split_full: int = 16
     attn_split_sliding: int = 4
-    gu_pairs: int = 16
-    down_rows: int = 16
+    gu_pairs: int = 8
+    down_rows: int = 8
     mx_groups: int = 8  # MXFP4 groups (32 values) per reduction step
     lm_rows: int = 64
+    lm_k_block: int = 256
     pick_block: int = 1024
     combine_block: int = 1024
     warps: int = 4
@@ -47,7 +48,8 @@ class Tiles:
                        attn_block=32, attn_split_full=1, attn_split_sliding=1,
                        gu_pairs=pow2(cfg.intermediate_size), down_rows=pow2(cfg.hidden_size),
                        mx_groups=pow2(max(cfg.hidden_size, cfg.intermediate_size) // MXFP4_BLOCK),
-                       lm_rows=min(pow2(cfg.vocab_size), 1024), pick_block=64, combine_block=h, warps=4)
+                       lm_rows=min(pow2(cfg.vocab_size), 1024), lm_k_block=min(h, 1024), pick_block=64,
+                       combine_block=h, warps=4)
         return cls()
 
 
@@ -156,6 +158,7 @@ class Kernels:
         c = self.cfg
         tail.lm_head_kernel[(self.lm_parts,)](resid, gain, w, ctrl, logits, part_val, part_idx, c.rms_norm_eps,
                                               H=c.hidden_size, V=c.vocab_size, BLOCK_V=self.t.lm_rows,
-                                              BLOCK_H=self.block_h, BLOCK_K=self.t.k_block, num_warps=self.t.warps)
+                                              BLOCK_H=self.block_h, BLOCK_K=self.t.lm_k_block,
+                                              num_warps=self.t.warps)
         tail.pick_kernel[(1,)](part_val, part_idx, ctrl, token_dev, token_host, flag, NPART=self.lm_parts,
                                BLOCK=self.t.pick_block)

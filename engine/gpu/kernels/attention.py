@@ -16,7 +16,7 @@ import triton.language as tl
 
 from .common import round_bf16, to_bf16
 
-NEG = -1.0e30  # finite "minus infinity": keeps exp(m_a - m_b) free of inf - inf
+NEG: tl.constexpr = tl.constexpr(-1.0e30)  # finite "minus infinity": exp(m_a - m_b) stays finite
 
 
 @triton.jit
