@@ -247,7 +247,22 @@ static const uint8_t *row_scales(const neural_shape *s, const neural_expert *ex,
     const uint8_t *p = base + (size_t)row * (size_t)scale_row_bytes(s, G);
     if (p[0] == 0xFF) return exception_row(s, ex, mat, row, G, buf, err);
     unsigned b = p[0];
+#if defined(__x86_64__) || defined(_M_X64)
+    /* SSE2 (baseline on x86-64): 32 scales per step; a scalar loop here costs half the kernel */
+    uint8_t tmp[NEURAL_MAX_G / 2 + 16];
+    int nb = (G + 1) / 2;
+    memcpy(tmp, p + 1, (size_t)nb);
+    memset(tmp + nb, 0, 16);
+    const __m128i m = _mm_set1_epi8(0x0F), vb = _mm_set1_epi8((char)b);
+    for (int i = 0; i < nb; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(tmp + i));
+        __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+        _mm_storeu_si128((__m128i *)(buf + 2 * i), _mm_add_epi8(_mm_unpacklo_epi8(lo, hi), vb));
+        _mm_storeu_si128((__m128i *)(buf + 2 * i + 16), _mm_add_epi8(_mm_unpackhi_epi8(lo, hi), vb));
+    }
+#else
     for (int g = 0; g < G; g++) buf[g] = (uint8_t)(b + ((p[1 + g / 2] >> ((g & 1) * 4)) & 15));
+#endif
     return buf;
 }
 
@@ -304,7 +319,7 @@ static void matrix_rows(const neural_shape *s, const neural_expert *ex, const ne
     int G = mat ? s->intermediate / 32 : s->hidden / 32;
     const uint8_t *codes = ex->part[mat ? NEURAL_PART_DN_CODES : NEURAL_PART_GU_CODES];
     const uint8_t *bias = ex->part[mat ? NEURAL_PART_DN_BIAS : NEURAL_PART_GU_BIAS];
-    uint8_t sbuf[4][NEURAL_MAX_G];
+    uint8_t sbuf[4][NEURAL_MAX_G + 32];
     for (long r = r0; r < r1; r += 4) {
         int n = (int)(r1 - r < 4 ? r1 - r : 4);
         const uint8_t *cp[4], *sp[4];
@@ -431,7 +446,7 @@ static void token_rows(tok_job *j, int tid, long r0, long r1, const float *z, lo
     const uint8_t *codes = ex->part[mat ? NEURAL_PART_DN_CODES : NEURAL_PART_GU_CODES];
     const uint8_t *bias = ex->part[mat ? NEURAL_PART_DN_BIAS : NEURAL_PART_GU_BIAS];
     float *dec = j->scratch + (size_t)tid * j->stride, *scf = dec + (size_t)G * 32;
-    uint8_t sbuf[NEURAL_MAX_G];
+    uint8_t sbuf[NEURAL_MAX_G + 32];
     for (long r = r0; r < r1; r++) {
         const uint8_t *sp = row_scales(s, ex, mat, r, G, sbuf, &j->err);
         neural_decode_row(codes + (size_t)r * (size_t)G * 16, sp, G, dec, scf);
