@@ -298,7 +298,8 @@ def stage_a(b: Bench) -> dict[str, Any]:
     u16, _ = reference(torch.bfloat16, False)
     unforced_gpu = [rel_err(g, r) for g, r in zip(got, u32, strict=True)]
     unforced_16 = [rel_err(g, r) for g, r in zip(u16, u32, strict=True)]
-    tol = 0.05
+    # pass: within the bf16 null envelope (the bf16 reference's own distance from fp32), x1.5
+    ok = max(errs) <= 1.5 * max(env16) and float(np.mean(errs)) <= 1.5 * float(np.mean(env16))
     return {"positions": len(errs), "static_slots_used": n_static, "vram_hit_rate": hits,
             "forced": {"rel_l2_max": max(errs), "rel_l2_mean": float(np.mean(errs)),
                        "bf16_reference_rel_l2_max": max(env16), "bf16_reference_rel_l2_mean": float(np.mean(env16)),
@@ -310,8 +311,9 @@ def stage_a(b: Bench) -> dict[str, Any]:
                          "bf16_ref_vs_fp32_ref_rel_l2_max": max(unforced_16),
                          "bf16_ref_vs_fp32_ref_rel_l2_mean": float(np.mean(unforced_16))},
             "gpu_greedy_tokens": toks,
-            "tolerance": f"forced routing: rel L2 logit error vs fp32 reference <= {tol} at every position",
-            "pass": max(errs) <= tol}
+            "tolerance": "forced routing: max and mean rel L2 logit error vs the fp32 reference <= 1.5x those of "
+                         "the bf16 reference (same forced routing)",
+            "pass": ok}
 
 
 def stage_b(b: Bench) -> dict[str, Any]:
@@ -403,13 +405,21 @@ def decode_speed(b: Bench, routing: str) -> dict[str, Any]:
 
 
 def stage_c(b: Bench) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     for routing in ("skewed", "uniform"):
         out[routing] = decode_speed(b, routing)
         b.results["stages"]["c_partial"] = out
         b.save()
         if b.cuda:
             torch.cuda.empty_cache()
+    if b.args.extra_threads:  # informative: the uniform case with more CPU threads
+        a = b.args
+        saved = (a.threads, a.repeats)
+        a.threads, a.repeats = a.extra_threads, 1
+        try:
+            out[f"uniform_{a.threads}_threads"] = decode_speed(b, "uniform")
+        finally:
+            a.threads, a.repeats = saved
     return out
 
 
@@ -584,7 +594,7 @@ def summarize(res: dict[str, Any]) -> str:
     c = st.get("c", st.get("c_partial", {}))
     if "error" in c:
         lines.append(f"c: ERROR {c['error']}")
-    for routing in ("skewed", "uniform"):
+    for routing in ("skewed", "uniform", "uniform_16_threads"):
         s = c.get(routing) if isinstance(c, dict) else None
         if s:
             lines.append(f"c {routing}: {s['tok_s']:.2f} tok/s at {s['layers']} layers = "
@@ -622,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--warm", type=int, default=64)
     r.add_argument("--tokens", type=int, default=128)
     r.add_argument("--repeats", type=int, default=3)
+    r.add_argument("--extra-threads", type=int, default=0)
     r.add_argument("--stages", default="env,hbm,synth,d,a,b,c")
     s = sub.add_parser("synth")
     s.add_argument("--ckpt", required=True)

@@ -31,7 +31,7 @@ class Tiles:
     attn_split_sliding: int = 4
     gu_pairs: int = 8
     down_rows: int = 8
-    mx_groups: int = 8  # MXFP4 groups (32 values) per reduction step
+    mx_groups: int = 16  # MXFP4 groups (32 values) per reduction step
     lm_rows: int = 64
     lm_k_block: int = 256
     pick_block: int = 1024
