@@ -1,0 +1,94 @@
+"""Prompt experts computed on the CPU: small groups of non-resident experts.
+
+``compute(layer, expert, x, w, out)`` writes ``out[i] = w[i] * expert(x[i])`` (fp32) for a
+group of tokens. The native kernel's multi-token entry point (native/kernel.py
+``expert_tokens``, up to 16 tokens per call) reads the expert's bytes once per call from
+where they sit (the memory-mapped checkpoint, raw MXFP4), so a small group costs one pass
+over the expert instead of a 13 MB copy over PCIe. Larger groups (only when there are no
+scratch slots) are cut into calls of 16. Without the extension the PyTorch fallback has
+the same contract.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from ...checkpoint import Checkpoint, bf16_bits_to_tensor
+from ...mxfp4 import dequantize
+from ...reference import expert_forward
+
+log = logging.getLogger(__name__)
+NATIVE_MAX_TOKENS = 16
+
+
+class CpuGroups(Protocol):
+    name: str
+
+    def compute(self, layer: int, expert: int, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None: ...
+
+
+class NativeGroups:
+    def __init__(self, ck: Checkpoint, threads: int) -> None:
+        from native.kernel import load_kernel
+
+        from ...store.experts_cpu import CpuExperts
+
+        self.experts = CpuExperts(ck.config, ck=ck, kernel=load_kernel(), threads=threads)
+        self.kernel = self.experts.kernel
+        self.name = f"native-{self.kernel.isa}-{self.kernel.threads}t"
+
+    def compute(self, layer: int, expert: int, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+        ref = self.experts.ref(layer, expert)
+        for s in range(0, x.shape[0], NATIVE_MAX_TOKENS):
+            e = min(s + NATIVE_MAX_TOKENS, x.shape[0])
+            self.kernel.expert_tokens(self.experts.shape, ref, x[s:e], w[s:e], out[s:e])
+
+
+class TorchGroups:
+    """fp32 PyTorch experts (dequantized once per expert, LRU-cached)."""
+
+    name = "torch"
+
+    def __init__(self, ck: Checkpoint, cache_bytes: int = 256 << 20) -> None:
+        self.ck = ck
+        self._cache: OrderedDict[tuple[int, int], tuple[torch.Tensor, ...]] = OrderedDict()
+        self._cache_bytes = cache_bytes
+        self._bytes = 0
+
+    def _weights(self, layer: int, e: int) -> tuple[torch.Tensor, ...]:
+        key = (layer, e)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        a = self.ck.expert_arrays(layer, e)
+        w = (dequantize(a["gate_up_proj_blocks"], a["gate_up_proj_scales"]),
+             bf16_bits_to_tensor(a["gate_up_proj_bias"]).float(),
+             dequantize(a["down_proj_blocks"], a["down_proj_scales"]),
+             bf16_bits_to_tensor(a["down_proj_bias"]).float())
+        self._cache[key] = w
+        self._bytes += sum(t.numel() * 4 for t in w)
+        while self._bytes > self._cache_bytes and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._bytes -= sum(t.numel() * 4 for t in old)
+        return w
+
+    def compute(self, layer: int, expert: int, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+        cfg = self.ck.config
+        w1, b1, w2, b2 = self._weights(layer, expert)
+        y = expert_forward(torch.from_numpy(x), w1, b1, w2, b2, cfg.swiglu_limit, cfg.swiglu_alpha)
+        out[:] = (y * torch.from_numpy(w)[:, None]).numpy()
+
+
+def make_cpu_groups(ck: Checkpoint, threads: int, prefer_native: bool = True) -> CpuGroups:
+    if prefer_native:
+        try:
+            return NativeGroups(ck, threads)
+        except Exception as exc:  # extension missing or unloadable: say so and use PyTorch
+            log.warning("native CPU expert kernel unavailable for prompts (%s); using PyTorch", exc)
+    return TorchGroups(ck)

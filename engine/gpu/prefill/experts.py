@@ -1,0 +1,221 @@
+"""One layer's MoE over a whole prompt: grouped by expert, split GPU slot / CPU / staged.
+
+Per layer (all of the prompt's tokens at once, so a staged expert is copied once per layer
+whatever the number of blocks):
+
+1. sort the (token, k) pairs by expert id on the GPU; one routing sync brings ids and
+   weights to the host (``stats.routing_sync``);
+2. ``grouping.plan_layer`` splits the experts: resident -> grouped GEMM from the slot;
+   non-resident with <= ``cpu_max`` pairs -> the native multi-token kernel on a worker
+   thread; larger non-resident groups -> the pinned staging ring -> a scratch slot -> GEMM;
+3. launch order: the staging producer starts packing at once, the CPU worker gets its rows,
+   the resident waves go to the GPU, then each staged expert's copy (copy stream) and its
+   wave (compute stream waits for that copy only);
+4. the CPU results are scattered into the contributions buffer at the end of the layer.
+
+Every (token, k) pair writes one bf16 row ``w * expert(t)`` into ``contrib[token * k + j]``;
+``combine`` sums each token's k rows in routing order (fp32) and adds the bf16 sum to the
+residual, as the decode path's combine kernel does.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from .cpu_groups import CpuGroups
+from .grouping import LayerPlan, plan_layer
+from .launch import PrefillKernels
+from .staging import StagingRing
+from .stats import GpuTimer, PrefillStats
+
+
+class PromptExperts:
+    def __init__(self, core: Any, kernels: PrefillKernels, cpu: CpuGroups, ring: StagingRing | None,
+                 cpu_max: int, max_rows: int, stats: PrefillStats, timer: GpuTimer) -> None:
+        self.core = core
+        self.cfg = core.cfg
+        self.k = kernels
+        self.cpu = cpu
+        self.ring = ring
+        self.cpu_max = cpu_max
+        self.max_rows = max(max_rows, kernels.t.gemm_m)
+        self.stats = stats
+        self.timer = timer
+        self.cuda = bool(core.cuda)
+        self.dev = core.dev
+        self.n_scratch = core.plan.n_scratch if ring is not None else 0
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="neural-prompt-cpu")
+        self.copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
+        self.slot_free: dict[int, Any] = {}  # scratch slot -> event after the last GEMM that read it
+        self.last_plan: LayerPlan | None = None
+
+    # ---- routing -----------------------------------------------------------------------------
+    def _routing_to_host(self, ids: torch.Tensor, w: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        t0 = time.perf_counter()
+        if self.cuda:
+            ids_h = torch.empty(ids.shape, dtype=torch.int32, pin_memory=True)
+            w_h = torch.empty(w.shape, dtype=torch.float32, pin_memory=True)
+            ids_h.copy_(ids.to(torch.int32), non_blocking=True)
+            w_h.copy_(w.float(), non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            ev.synchronize()
+        else:
+            ids_h, w_h = ids.to(torch.int32), w.float()
+        self.stats.routing_sync += time.perf_counter() - t0
+        return ids_h.numpy(), w_h.numpy()
+
+    # ---- CPU groups --------------------------------------------------------------------------
+    def _cpu_job(self, layer: int, experts: list[int], counts: np.ndarray, x: torch.Tensor, w: np.ndarray,
+                 ready: Any) -> np.ndarray:
+        t0 = time.perf_counter()
+        if ready is not None:
+            ready.synchronize()
+        xs = x.numpy()
+        out = np.empty_like(xs)
+        at = 0
+        for e in experts:
+            n = int(counts[e])
+            self.cpu.compute(layer, e, xs[at : at + n], w[at : at + n], out[at : at + n])
+            at += n
+        self.stats.cpu_jobs += time.perf_counter() - t0
+        return out
+
+    def _start_cpu(self, layer: int, plan: LayerPlan, flat_ids: np.ndarray, w_flat: np.ndarray,
+                   t: torch.Tensor) -> tuple[Future[np.ndarray], np.ndarray] | None:
+        if not plan.cpu:
+            return None
+        topk = self.cfg.num_experts_per_tok
+        cpu_flat = np.concatenate([np.flatnonzero(flat_ids == e) for e in plan.cpu])
+        tok = torch.from_numpy(cpu_flat // topk).to(self.dev)
+        rows = t.index_select(0, tok).float()
+        ready = None
+        if self.cuda:
+            x = torch.empty(rows.shape, dtype=torch.float32, pin_memory=True)
+            x.copy_(rows, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
+        else:
+            x = rows.contiguous()
+        w = np.ascontiguousarray(w_flat[cpu_flat], dtype=np.float32)
+        fut = self.worker.submit(self._cpu_job, layer, list(plan.cpu), plan.counts, x, w, ready)
+        self.stats.cpu_experts += len(plan.cpu)
+        self.stats.cpu_rows += len(cpu_flat)
+        return fut, cpu_flat
+
+    def _finish_cpu(self, job: tuple[Future[np.ndarray], np.ndarray] | None, contrib: torch.Tensor) -> None:
+        if job is None:
+            return
+        fut, cpu_flat = job
+        t0 = time.perf_counter()
+        out = fut.result()
+        self.stats.cpu_wait += time.perf_counter() - t0
+        src = torch.from_numpy(out)
+        if self.cuda:
+            src = src.pin_memory()
+        contrib.index_copy_(0, torch.from_numpy(cpu_flat).to(self.dev, non_blocking=self.cuda),
+                            src.to(self.dev, non_blocking=self.cuda).to(torch.bfloat16))
+
+    # ---- GPU waves ---------------------------------------------------------------------------
+    def _launch_wave(self, plan: LayerPlan, i: int, tiles: torch.Tensor, t: torch.Tensor, order: torch.Tensor,
+                     w_flat: torch.Tensor, act: torch.Tensor, contrib: torch.Tensor) -> None:
+        wave = plan.waves[i]
+        begin = self.timer.start()
+        self.k.experts(self.core.pool, t, order, w_flat, tiles, wave.tile0, wave.n_tiles, act, contrib)
+        self.timer.stop("gemm", begin)
+        self.stats.gemm_rows += wave.rows
+        self.stats.gemm_waves += 1
+
+    def _stage_in(self, layer: int, i: int, e: int, slot: int) -> None:
+        """Take expert ``e``'s packed buffer from the ring and copy it into scratch ``slot``; the
+        compute stream will wait for exactly this copy."""
+        assert self.ring is not None
+        t0 = time.perf_counter()
+        got_layer, got_e, buf = self.ring.take()
+        self.stats.stage_wait += time.perf_counter() - t0
+        if (got_layer, got_e) != (layer, e):
+            raise RuntimeError(f"staging ring out of order: expected layer {layer} expert {e}, got {got_layer} {got_e}")
+        dst = self.core.slot_view(slot)
+        src = self.ring.buffers[buf]
+        if self.copy_stream is None:
+            begin = self.timer.start()
+            dst.copy_(src)
+            self.timer.stop("copies", begin)
+            self.ring.give_back(buf, None)
+        else:
+            with torch.cuda.stream(self.copy_stream):
+                prev = self.slot_free.get(slot)
+                if prev is not None:  # the slot's previous expert has been read by its GEMM
+                    self.copy_stream.wait_event(prev)
+                begin = self.timer.start(self.copy_stream)
+                dst.copy_(src, non_blocking=True)
+                self.timer.stop("copies", begin, self.copy_stream)
+                done = torch.cuda.Event()
+                done.record(self.copy_stream)
+            torch.cuda.current_stream(self.dev).wait_event(done)
+            self.ring.give_back(buf, done)
+        self.stats.staged_experts += 1
+        self.stats.staged_bytes += self.core.layout.payload_bytes
+
+    # ---- one layer ---------------------------------------------------------------------------
+    def run(self, layer: int, t: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
+        """t [N, H] bf16 (normalized hidden), ids [N, k], w [N, k] bf16 routing.
+        Returns (contrib [N * k, H] bf16, the routing ids on the host [N, k])."""
+        cfg = self.cfg
+        n, topk = ids.shape
+        flat = ids.reshape(-1)
+        order = torch.sort(flat, stable=True).indices.to(torch.int32)
+        ids_h, w_h = self._routing_to_host(ids, w)
+        flat_h, w_flat_h = ids_h.reshape(-1), w_h.reshape(-1)
+        t0 = time.perf_counter()
+        waited0 = self.stats.stage_wait
+        counts = np.bincount(flat_h, minlength=cfg.num_local_experts)
+        plan = plan_layer(counts, self.core.np_table[layer], self.core.plan.n_slots, self.n_scratch, self.cpu_max,
+                          self.k.t.gemm_m, self.max_rows)
+        self.last_plan = plan
+        if plan.staged:
+            assert self.ring is not None
+            self.ring.submit(layer, plan.staged)
+        cpu_job = self._start_cpu(layer, plan, flat_h, w_flat_h, t)
+        self.stats.resident_experts += len(plan.resident)
+        contrib = torch.empty((n * topk, cfg.hidden_size), dtype=torch.bfloat16, device=self.dev)
+        if plan.waves:
+            tiles = torch.from_numpy(plan.tiles).to(self.dev)
+            w_flat = w.reshape(-1).contiguous()
+            act = torch.empty((min(self.max_rows, n * topk), cfg.intermediate_size), dtype=torch.bfloat16,
+                              device=self.dev)
+            staged_done = -1
+            for i, wave in enumerate(plan.waves):
+                if wave.staged > staged_done:  # first wave of a staged expert: bring it in
+                    staged_done = wave.staged
+                    self._stage_in(layer, wave.staged, plan.staged[wave.staged], plan.staged_slots[wave.staged])
+                self._launch_wave(plan, i, tiles, t, order, w_flat, act, contrib)
+                last_of_staged = wave.staged >= 0 and (i + 1 == len(plan.waves)
+                                                       or plan.waves[i + 1].staged != wave.staged)
+                if last_of_staged and self.cuda:
+                    ev = torch.cuda.Event()
+                    ev.record()
+                    self.slot_free[plan.staged_slots[wave.staged]] = ev
+        self.stats.launch += time.perf_counter() - t0 - (self.stats.stage_wait - waited0)
+        self._finish_cpu(cpu_job, contrib)
+        return contrib, ids_h
+
+    def close(self) -> None:
+        self.worker.shutdown(wait=True)
+
+
+def combine(x: torch.Tensor, contrib: torch.Tensor, topk: int, chunk: int) -> None:
+    """x[t] = bf16(x[t] + bf16(sum_j contrib[t * k + j])) in place, summing j in routing order (fp32)."""
+    n, h = x.shape
+    c = contrib.view(n, topk, h)
+    for r0 in range(0, n, chunk):
+        r1 = min(n, r0 + chunk)
+        acc = c[r0:r1, 0].float()
+        for j in range(1, topk):
+            acc += c[r0:r1, j].float()
+        x[r0:r1] = (x[r0:r1].float() + acc.to(torch.bfloat16).float()).to(torch.bfloat16)
