@@ -183,10 +183,16 @@ def one(args: argparse.Namespace) -> int:
 
     budget_gib = max(1e-6, args.budget_frac * store_bytes / GIB) if sc != "warm" else store_bytes / GIB
     res_settings = EngineSettings(ram_budget_gib=budget_gib, warmup=sc != "cold-nowarm", mlock_gib=0.0)
-    res: Any = getattr(engine, "ram_residency", None) or getattr(engine.backend, "ram_residency", None)
+    # The engine starts its own manager with default settings; the scenario needs its budget, so the
+    # bench's manager replaces it (the session reads engine.ram_residency on every request).
+    res: Any = getattr(engine.backend, "ram_residency", None)
     owned = res is None
     if owned:
+        old = getattr(engine, "ram_residency", None)
+        if old is not None:
+            old.close()
         res = ResidencyManager(maps, regions, res_settings, sample_interval_s=0)
+        engine.ram_residency = res
     result["engine_owned_residency"] = not owned
     result["ram_budget"] = res.budget.describe()
     result["plan_bytes"] = res.plan.planned_bytes
