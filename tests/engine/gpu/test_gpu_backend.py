@@ -203,3 +203,23 @@ def test_native_misses_match_torch_and_capture_slot_bytes(tiny_ck: Checkpoint) -
     assert np.array_equal(cap, lay.pack_expert(tiny_ck, 2, 4))
     nat.compute(2, x, [], w[:0], out_n, {})
     assert not out_n.any()
+
+
+def test_engine_session_runs_on_the_gpu_backend(tiny_ck: Checkpoint) -> None:
+    """The lead's Engine drives the backend: a completion, then a follow-up that reuses the prefix."""
+    from engine.backend import ReferenceBackend
+    from engine.session import Engine
+    from engine.types import Done, GenerationParams
+
+    be = make(tiny_ck)
+    eng = Engine(tiny_ck, be.settings, be, "")
+    params = GenerationParams(max_tokens=3, temperature=0.0)
+    done = list(eng.complete([5, 77, 300, 12], params))[-1]
+    assert isinstance(done, Done) and done.error is None and len(done.token_ids) == 3
+    ref = Engine(tiny_ck, be.settings, ReferenceBackend(tiny_ck, torch.float32), "")
+    ref_done = list(ref.complete([5, 77, 300, 12], params))[-1]
+    assert isinstance(ref_done, Done) and ref_done.token_ids == done.token_ids
+    follow = [5, 77, 300, 12, *done.token_ids[:2], 9]
+    again = list(eng.complete(follow, params))[-1]
+    assert isinstance(again, Done) and again.error is None and again.usage.cached_tokens == 6
+    assert eng.telemetry().backend.startswith("gpu-hybrid")
