@@ -328,6 +328,9 @@ class Engine:
                 return False
             ids, tensors = loaded
             self.backend.load_state_tensors(tensors, len(ids))
+            set_ids = getattr(self.backend, "set_ids", None)
+            if set_ids is not None:  # the GPU ring re-runs from checkpoints and needs the ids
+                set_ids(ids)
             self._ids = ids
             return True
 
