@@ -23,11 +23,17 @@ class PrefillKernels:
 
     def attention(self, q: torch.Tensor, k_blk: torch.Tensor, v_blk: torch.Tensor, k_cache: torch.Tensor,
                   v_cache: torch.Tensor, sinks: torch.Tensor, start: int, window: int, out: torch.Tensor) -> None:
-        """q/out [T, NH, D], k_blk/v_blk [T, NKV, D], caches [RING, NKV, D] (all bf16, contiguous)."""
+        """q/out [T, NH, D], k_blk/v_blk [T, NKV, D] of positions start .., caches [RING, NKV, D]
+        holding the positions before start (all bf16, contiguous). The cache is not written."""
         c, t = self.cfg, self.t
         n = q.shape[0]
+        base = start - start % t.attn_n  # key tiles are aligned to absolute positions
+        if base < start:  # extend the block at the front by the cached rows [base, start)
+            rows = torch.arange(base, start, device=k_cache.device) % k_cache.shape[0]
+            k_blk = torch.cat([k_cache.index_select(0, rows), k_blk])
+            v_blk = torch.cat([v_cache.index_select(0, rows), v_blk])
         grid = (cdiv(n, t.attn_m), c.num_key_value_heads)
-        prompt_attn_kernel[grid](q, k_blk, v_blk, k_cache, v_cache, sinks, out, start, n, c.head_dim ** -0.5,
+        prompt_attn_kernel[grid](q, k_blk, v_blk, k_cache, v_cache, sinks, out, start, base, n, c.head_dim ** -0.5,
                                  NH=c.num_attention_heads, NKV=c.num_key_value_heads, G=c.gqa_group, GP=self.gp,
                                  D=c.head_dim, RING=k_cache.shape[0], WINDOW=window, BLOCK_M=t.attn_m,
                                  BLOCK_N=t.attn_n, BF16_DOT=t.bf16_dot, num_warps=t.attn_warps,

@@ -1,8 +1,10 @@
 """Tile sizes of the prompt kernels, one place for the GPU and the interpreter tests.
 
-Every tile size is a Triton constexpr. The GPU defaults are a first choice for the 120b
-shape; ``engine/bench/prompt_device.py --stages tiles`` times a small grid of alternatives
-on the H200 and prints the best, which then goes here (docs/perf-prompt.md records it).
+Every tile size is a Triton constexpr. The GPU defaults were chosen offline for sm_90 at the
+120b shape among configurations that compile without register spills (``python -m
+engine.gpu.prefill.aot --sweep``: registers / stack per kernel, no GPU needed);
+``engine/bench/prompt_device.py`` stage ``tiles`` times those candidates on the H200, and the
+fastest goes here (docs/perf-prompt.md records it). ``NEURAL_PREFILL_TILES`` overrides.
 Under TRITON_INTERPRET=1 the cost is per program, so the interpreter uses few, large tiles.
 """
 
@@ -26,13 +28,13 @@ def cdiv(a: int, b: int) -> int:
 class PrefillTiles:
     attn_m: int = 16  # query tokens per attention program (x the padded GQA group = rows)
     attn_n: int = 64  # keys per attention step
-    attn_warps: int = 4
+    attn_warps: int = 8  # 4 warps spill at 128 rows x head_dim 64 (aot.py: 255 regs + stack)
     attn_stages: int = 2
-    gemm_m: int = 64  # token rows per expert GEMM tile (16 wasted rows at small groups; design doc: 64 won)
+    gemm_m: int = 64  # token rows per expert GEMM tile (design doc: 64 beat 16)
     gemm_p: int = 64  # gate/up pairs per gate_up program
     gemm_n: int = 64  # output columns per down program
-    gemm_k: int = 128  # reduction step (elements; codes are half as many bytes)
-    gemm_warps: int = 4
+    gemm_k: int = 64  # reduction step (elements; codes are half as many bytes)
+    gemm_warps: int = 8  # 174 regs, no spills at 64x64x64 (4 warps: 255 regs)
     gemm_stages: int = 3
     bf16_dot: bool = True  # GPU: bf16 tensor-core dots (operands are bf16-exact); interpreter: fp32
 

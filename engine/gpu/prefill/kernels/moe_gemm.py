@@ -36,7 +36,8 @@ def _mx_operands(codes_ptr, scales_ptr, rows, mrow, kb, mk, ROWB: tl.constexpr, 
     lo = fp4_e2m1(c & 15) * sc
     hi = fp4_e2m1(c >> 4) * sc
     if BF16_DOT:  # fp4 x 2^k is exact in bf16
-        return lo.to(tl.bfloat16), hi.to(tl.bfloat16)
+        lo = lo.to(tl.bfloat16)
+        hi = hi.to(tl.bfloat16)
     return lo, hi
 
 
