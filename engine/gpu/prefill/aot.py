@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     cfg = ModelConfig.from_dict(PRESETS[a.preset].config_dict())
     base = PrefillTiles()
-    runs = [("default", base)] + ([(json.dumps(o), replace(base, **o)) for o in SWEEP] if a.sweep else [])
+    runs = [("default", base)] + ([(json.dumps(o), replace(base, **o)) for o in SWEEP] if a.sweep else [])  # type: ignore[arg-type]
     results = []
     for label, tiles in runs:
         rep = compile_kernels(cfg, tiles, a.arch)
