@@ -67,7 +67,7 @@ class PrefillRunner:
     def __init__(self, core: Any, ck: Checkpoint, settings: EngineSettings, *, tiles: PrefillTiles | None = None,
                  cpu_groups: CpuGroups | None = None, cpu_max: int = CPU_MAX_TOKENS, ring_depth: int = RING_DEPTH,
                  pack_threads: int = 4, max_rows: int = MAX_ROWS, prefer_native: bool = True,
-                 release_cache: bool = True) -> None:
+                 release_cache: bool = True, timed: bool = True) -> None:
         self.core = core
         self.ck = ck
         self.cfg: ModelConfig = core.cfg
@@ -82,6 +82,7 @@ class PrefillRunner:
         self.cpu_max = cpu_max
         self.max_rows = max_rows
         self.release_cache = release_cache
+        self.timed = timed  # CUDA-event phase times (a few events per wave; off saves ~10 us each)
         self.experts = PromptExperts(core, self.kernels, self.cpu, self.ring, cpu_max, max_rows, PrefillStats(),
                                      GpuTimer(self.cuda))
         self.last: PrefillResult | None = None
@@ -124,7 +125,7 @@ class PrefillRunner:
         n, layers, topk = len(ids), cfg.num_hidden_layers, cfg.num_experts_per_tok
         t_wall = time.perf_counter()
         stats = PrefillStats(tokens=n, start=start)
-        timer = GpuTimer(self.cuda)
+        timer = GpuTimer(self.cuda, self.timed)
         self.experts.stats, self.experts.timer = stats, timer
         ring0 = (self.ring.pack_seconds, self.ring.event_wait_seconds) if self.ring is not None else (0.0, 0.0)
         blocks = [(b0, min(n, b0 + block)) for b0 in range(0, n, block)]

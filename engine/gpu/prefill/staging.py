@@ -49,6 +49,7 @@ class StagingRing:
         self.pack_seconds = 0.0  # producer time spent packing (host memcpy)
         self.event_wait_seconds = 0.0  # producer time waiting for a buffer's copy to finish
         self.packed = 0
+        self._stopped = False
         self._thread = threading.Thread(target=self._produce, name="neural-stage", daemon=True)
         self._thread.start()
 
@@ -72,7 +73,10 @@ class StagingRing:
         self._free.put((buffer, copy_done))
 
     def close(self) -> None:
+        """Stop the producer, also when it is blocked on a buffer (after a failed prompt)."""
+        self._stopped = True
         self._jobs.put(_STOP)
+        self._free.put((-1, None))  # wakes a producer waiting for a free buffer
         self._thread.join(timeout=30)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
@@ -81,13 +85,15 @@ class StagingRing:
     def _produce(self) -> None:
         while True:
             job = self._jobs.get()
-            if job is _STOP:
+            if job is _STOP or self._stopped:
                 return
             layer, e = job
             buf = -1
             try:
                 t0 = time.perf_counter()
                 buf, ev = self._free.get()
+                if buf < 0 or self._stopped:
+                    return
                 if ev is not None:
                     ev.synchronize()
                 t1 = time.perf_counter()

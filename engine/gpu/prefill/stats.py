@@ -17,12 +17,15 @@ import torch
 class GpuTimer:
     """Accumulates named GPU intervals; ``resolve()`` turns the recorded pairs into seconds."""
 
-    def __init__(self, cuda: bool) -> None:
+    def __init__(self, cuda: bool, enabled: bool = True) -> None:
         self.cuda = cuda
+        self.enabled = enabled
         self.pairs: list[tuple[str, Any, Any]] = []
         self.host: dict[str, float] = {}
 
     def start(self, stream: Any = None) -> Any:
+        if not self.enabled:
+            return None
         if not self.cuda:
             return time.perf_counter()
         ev = torch.cuda.Event(enable_timing=True)
@@ -30,6 +33,8 @@ class GpuTimer:
         return ev
 
     def stop(self, name: str, begin: Any, stream: Any = None) -> None:
+        if not self.enabled:
+            return
         if not self.cuda:
             self.host[name] = self.host.get(name, 0.0) + time.perf_counter() - begin
             return

@@ -115,3 +115,16 @@ def test_staging_ring_reports_a_failed_pack(tiny_model) -> None:
         assert ring.take(timeout=30)[:2] == (0, 4)
     finally:
         ring.close()
+
+
+def test_staging_ring_closes_while_the_producer_waits_for_a_buffer(tiny_model) -> None:
+    """After a failed prompt the ring is closed with buffers still taken and jobs queued."""
+    import time
+
+    ck = Checkpoint.open(tiny_model)
+    ring = StagingRing(ck, ExpertLayout.for_config(ck.config), depth=1, pinned=False)
+    ring.submit(0, [1, 2, 3])
+    ring.take(timeout=30)  # the only buffer is never given back
+    t0 = time.perf_counter()
+    ring.close()
+    assert time.perf_counter() - t0 < 5 and not ring._thread.is_alive()
