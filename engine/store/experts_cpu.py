@@ -22,7 +22,7 @@ import numpy as np
 
 from native.kernel import ExpertRef, NativeKernel, load_kernel
 
-from .format import CHECKPOINT_PART, PART_NAMES, RecordLayout
+from .format import CHECKPOINT_PART, PART_NAMES, RecordLayout, StoreError
 from .reader import ExpertStore, find_store
 
 if TYPE_CHECKING:  # torch only for the engine hook: the kernel and the bench run without it
@@ -154,9 +154,17 @@ def open_matching_store(ck: Checkpoint, path: str | Path | None = None) -> Exper
 
 def native_experts_fn(ck: Checkpoint, threads: int = 0, store_path: str | Path | None = None,
                       ) -> Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The engine's hook: an ExpertsFn backed by the native kernel (raises NativeUnavailable)."""
+    """The engine's hook: an ExpertsFn backed by the native kernel (raises NativeUnavailable).
+
+    A store that does not match the checkpoint is refused with a warning and the kernel reads
+    the checkpoint's tensors instead: same results, and the stale store is never used.
+    """
     kernel = load_kernel()
-    store = open_matching_store(ck, store_path)
+    try:
+        store = open_matching_store(ck, store_path)
+    except StoreError as exc:
+        log.warning("expert store refused: %s; reading the checkpoint's tensors directly", exc)
+        store = None
     experts = CpuExperts(ck.config, ck=None if store is not None else ck, store=store, kernel=kernel, threads=threads)
     log.info("native CPU experts: %s, %d threads, %s path", experts.source, kernel.threads, kernel.isa)
     return experts.forward

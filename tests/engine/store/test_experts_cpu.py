@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -81,7 +82,8 @@ def test_reference_model_with_native_experts(synth_dir) -> None:
     ck.close()
 
 
-def test_engine_hook_prefers_matching_store_and_refuses_stale(tmp_path: Path, synth_dir) -> None:
+def test_engine_hook_prefers_matching_store_and_refuses_stale(tmp_path: Path, synth_dir,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
     import shutil
 
     d = tmp_path / "model"
@@ -93,8 +95,15 @@ def test_engine_hook_prefers_matching_store_and_refuses_stale(tmp_path: Path, sy
     assert st is not None and st.fmt == "packed"
     st.close()
     other = Checkpoint.open(synth_dir("odd", 0))
+    stale = default_store_path(d, "packed")
     with pytest.raises(StoreMismatch):
-        native_experts_fn(other, store_path=default_store_path(d, "packed"))
+        open_matching_store(other, stale)
+    with caplog.at_level(logging.WARNING, logger="engine.store.experts_cpu"):
+        fn = native_experts_fn(other, store_path=stale)  # refused with a warning; the kernel still runs
+    assert "store refused" in caplog.text and "store shapes" in caplog.text
+    t, idx, w = routing(other, 2, 3)
+    want = CpuExperts(other.config, ck=other).forward(0, t, idx, w)
+    assert torch.equal(fn(0, t, idx, w), want)
     other.close()
     ck.close()
 
