@@ -66,6 +66,9 @@ def run_app(model: str | None = None, screenshot_dir: str | None = None, home: s
         CrashDialog(message, details, log_file, parent).exec()
 
     crash = CrashHandler(paths.log_file, show_crash).install()
+    from app.gui.gc_guard import GuiThreadGarbageCollector
+
+    collector = GuiThreadGarbageCollector()
     controller = AppController(paths, settings)
     holder["c"] = controller
     controller.window.show()
@@ -87,6 +90,7 @@ def run_app(model: str | None = None, screenshot_dir: str | None = None, home: s
     try:
         code = qasync.run(run())
     finally:
+        collector.stop()
         crash.uninstall()
     log.info("exit %s", code)
     return int(code or 0)

@@ -127,6 +127,9 @@ class ChatView(QWidget):
         wrap.addWidget(self.hint)
         lay.addLayout(wrap)
         self._can_send = True
+        self._scroll_timer = QTimer(self)
+        self._scroll_timer.setSingleShot(True)
+        self._scroll_timer.timeout.connect(self._do_scroll)
 
     # ---- composer -----------------------------------------------------------------------
     def _submit(self) -> None:
@@ -186,11 +189,16 @@ class ChatView(QWidget):
 
     # ---- messages -----------------------------------------------------------------------
     def set_messages(self, vms: list[MessageViewModel]) -> None:
-        for w in self.widgets:
+        """Show this thread, rebuilding only from the first message that differs from what is shown
+        (a new turn or a finished answer touches the last one or two widgets, not the whole chat)."""
+        keep = 0
+        while keep < min(len(self.widgets), len(vms)) and self.widgets[keep].vm == vms[keep]:
+            keep += 1
+        for w in self.widgets[keep:]:
             self.column_layout.removeWidget(w)
             w.deleteLater()
-        self.widgets = []
-        for vm in vms:
+        self.widgets = self.widgets[:keep]
+        for vm in vms[keep:]:
             self._add(vm)
         self.empty_label.setVisible(not vms)
         self._stick_to_bottom = True
@@ -230,5 +238,10 @@ class ChatView(QWidget):
             self.scroll_area.verticalScrollBar().setValue(hi)
 
     def _scroll_to_bottom(self) -> None:
+        # After layout has run (next event-loop turn). A child timer dies with this view, so it can
+        # never fire into deleted widgets (a context-bound singleShot with a lambda once did).
+        self._scroll_timer.start(0)
+
+    def _do_scroll(self) -> None:
         bar = self.scroll_area.verticalScrollBar()
-        QTimer.singleShot(0, self, lambda: bar.setValue(bar.maximum()))
+        bar.setValue(bar.maximum())

@@ -44,6 +44,9 @@ class RichTextView(QTextBrowser):
         self.document().setDocumentMargin(2)
         self.document().documentLayout().documentSizeChanged.connect(lambda _s: self._fit())
         self.setFixedHeight(24)
+        self._copied_timer = QTimer(self)
+        self._copied_timer.setSingleShot(True)
+        self._copied_timer.timeout.connect(self._reset_copied)
 
     def set_markdown(self, text: str) -> None:
         self.markdown = text
@@ -88,10 +91,8 @@ class RichTextView(QTextBrowser):
         """Show "Copied ✓" on the block's button for a moment."""
         self._copied = index
         self.set_markdown(self.markdown)
+        self._copied_timer.start(1500)  # a child timer: it dies with the view, never fires into it
 
-        def reset() -> None:
-            if self._copied == index:
-                self._copied = None
-                self.set_markdown(self.markdown)
-
-        QTimer.singleShot(1500, self, reset)  # bound to self: never fires into a deleted view
+    def _reset_copied(self) -> None:
+        self._copied = None
+        self.set_markdown(self.markdown)

@@ -44,7 +44,8 @@ class AppController(QObject):
         api = settings.api
         self.window = window or MainWindow(self.theme, ApiPanelValues(api.enabled, api.port, api.api_key,
                                                                       api.cors_origins))
-        self.host = LocalEngineHost(paths.states_dir, self)
+        # No Qt parent: worker callbacks keep the host alive as long as they need it.
+        self.host = LocalEngineHost(paths.states_dir)
         self.api = ApiSwitch(self)
         self.prefs_dialog: PreferencesDialog | None = None
         w = self.window
@@ -120,7 +121,10 @@ class AppController(QObject):
             elif dlg.choice == DEMO:
                 pass  # already loading
 
-        QTimer.singleShot(0, self, show)
+        self._first_run_timer = QTimer(self)
+        self._first_run_timer.setSingleShot(True)
+        self._first_run_timer.timeout.connect(show)
+        self._first_run_timer.start(0)
 
     def use_demo_model(self) -> None:
         bundled = bundled_demo_dir()
@@ -368,7 +372,7 @@ class AppController(QObject):
         self.timer.stop()
         with contextlib.suppress(RuntimeError, TypeError):  # already gone with the application
             self._hints.colorSchemeChanged.disconnect(self._follow_system_theme)
-        self.chat.stop()
+        self.chat.save_interrupted()
         self.host.shutdown()
         self.store.close()
 

@@ -187,9 +187,12 @@ class ChatController(QObject):
     def _vm(self, m: StoredMessage, tree: MessageTree) -> MessageViewModel:
         b = tree.branch_info(m.id)
         streaming = self.stream is not None and self.stream.message_id == m.id
+        note = str(m.meta.get("note", ""))
+        if m.meta.get("pending") and not streaming:  # the app ended while this answer was being written
+            note = "This answer was interrupted before it finished."
         vm = MessageViewModel(id=m.id, role=m.role, content=m.content, reasoning=m.reasoning or "",
                               tool_calls=m.tool_calls, branch_index=b.index, branch_count=b.count,
-                              footer=footer_for(m.meta), note=str(m.meta.get("note", "")),
+                              footer=footer_for(m.meta), note=note,
                               error=str(m.meta.get("error", "")), streaming=streaming)
         if streaming and self.stream is not None:
             vm.content, vm.reasoning = self.stream.content, self.stream.reasoning
@@ -264,12 +267,17 @@ class ChatController(QObject):
         rec = self.store.conversation(cid)
         conv = Conversation(messages=tuple(m.to_engine() for m in history),
                             reasoning_effort=rec.reasoning_effort)  # type: ignore[arg-type]
+        answer = None
         try:
             params = self._params()
             answer = self.store.add_message(cid, parent_id, "assistant", "", meta={"pending": True})
             run = self._start_run(cid, conv, params)
         except Exception as exc:
             log.exception("could not start a generation")
+            if answer is not None:  # no answer will come: do not leave an empty one behind
+                self.store.delete_message(answer.id)
+            if cid == self.current_id:
+                self.render_thread()
             self.chat.set_can_send(True, f"Could not start: {exc}. {how_to_fix(str(exc), exc)}")
             return False
         self.stream = _Stream(cid, answer.id, run)
@@ -282,6 +290,18 @@ class ChatController(QObject):
             self.render_thread()
         self.generationStarted.emit(cid)
         return True
+
+    def save_interrupted(self) -> None:
+        """The app is closing mid-answer: keep what was streamed so far, marked as interrupted."""
+        s = self.stream
+        if s is None:
+            return
+        self.stream = None
+        s.run.cancel()
+        self.store.update_message(s.message_id, content=s.content, reasoning=s.reasoning or None,
+                                  tool_calls=tuple(s.tool_calls),
+                                  meta={"finish_reason": "cancelled", "backend": self.backend_name,
+                                        "note": "Interrupted: the app was closed while answering."})
 
     def stop(self) -> None:
         if self.stream is not None:

@@ -175,6 +175,18 @@ class ConversationStore:
             db.execute("UPDATE conversations SET updated=? WHERE id=(SELECT conversation_id FROM messages "
                        "WHERE id=?)", (time.time(), msg_id))
 
+    def delete_message(self, msg_id: str) -> None:
+        """Remove a leaf message (an answer that never started); its parent becomes the leaf."""
+        with self._tx() as db:
+            row = db.execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (msg_id,)).fetchone()
+            if row is None:
+                return
+            if db.execute("SELECT 1 FROM messages WHERE parent_id=?", (msg_id,)).fetchone():
+                raise ValueError("only a message without replies can be deleted")
+            db.execute("DELETE FROM messages WHERE id=?", (msg_id,))
+            db.execute("UPDATE conversations SET leaf_id=? WHERE id=? AND leaf_id=?",
+                       (row["parent_id"], row["conversation_id"], msg_id))
+
     def messages(self, cid: str) -> list[StoredMessage]:
         rows = self._db.execute("SELECT * FROM messages WHERE conversation_id=? ORDER BY seq", (cid,)).fetchall()
         return [StoredMessage(id=r["id"], conversation_id=r["conversation_id"], parent_id=r["parent_id"],

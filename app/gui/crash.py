@@ -96,4 +96,4 @@ class CrashHandler:
             finally:
                 self._showing = False
 
-        QTimer.singleShot(0, show)
+        QTimer.singleShot(0, self._relay, show)

@@ -89,6 +89,7 @@ class LocalEngineHost(QObject):
         # which conversation's tokens the engine holds, and the ids it held after our last turn
         self._owner: str | None = None
         self._owner_ids: list[int] = []
+        self._generating = False
 
     # ---- state ----------------------------------------------------------------------------
     def _set_state(self, state: str, detail: str, fix: str = "") -> None:
@@ -101,7 +102,8 @@ class LocalEngineHost(QObject):
 
     @property
     def busy(self) -> bool:
-        return self._run is not None and self._run.running
+        """A generation of ours is in flight (cleared when its result reached the GUI thread)."""
+        return self._generating
 
     # ---- loading --------------------------------------------------------------------------
     def load(self, model_dir: str | Path, settings: EngineSettings | None = None) -> BackgroundTask:
@@ -198,14 +200,20 @@ class LocalEngineHost(QObject):
             return done
 
         run = GenerationRun(work, cancel)
-        run.setParent(self)
         run.succeeded.connect(lambda _d: self._generation_ended(conversation_id, eng))
-        run.failed.connect(lambda m, _tb: self._set_state(ERROR, f"Generation failed: {m}", how_to_fix(m)))
+        run.failed.connect(lambda m, _tb: self._generation_failed(m))
         self._run = run
+        self._generating = True
         self._set_state(GENERATING, f"{eng.info.name} on {eng.telemetry().backend}")
         return run  # the caller connects its slots, then calls start(): no early event is lost
 
+    def _generation_failed(self, message: str) -> None:
+        self._generating = False
+        self._owner = None  # unknown what the engine holds now
+        self._set_state(ERROR, f"Generation failed: {message}", how_to_fix(message))
+
     def _generation_ended(self, conversation_id: str, eng: Engine) -> None:
+        self._generating = False
         self._owner, self._owner_ids = conversation_id, eng.cached_ids
         if self.engine is eng:
             self._set_state(READY, self.describe(eng))

@@ -2,8 +2,9 @@
 
 ``BackgroundTask(fn)`` runs ``fn(report)`` on a daemon thread. ``report(x)`` and the outcome
 travel back as Qt signals, which Qt queues onto the GUI thread because the task object lives
-there; worker code never touches a widget. Running tasks are kept referenced until they
-finish, so a task whose owner dropped it cannot be collected while its thread still emits.
+there; worker code never touches a widget. A task has no Qt parent: a parent's deletion would
+destroy it under a thread that still emits. Instead running tasks are kept referenced until
+their last signal has been delivered.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class BackgroundTask(QObject):
     finished = Signal()  # after succeeded or failed
 
     def __init__(self, work: Callable[[Report], Any], name: str = "task", parent: QObject | None = None) -> None:
-        super().__init__(parent)
+        # ``parent`` is accepted for call-site symmetry with Qt but deliberately not used (see above).
+        super().__init__(None)
         self._work = work
         self.name = name
         self._thread: threading.Thread | None = None
@@ -56,8 +58,9 @@ class BackgroundTask(QObject):
         else:
             self.succeeded.emit(result)
         finally:
-            self._done.set()
+            # Last Qt call from this thread; only then may wait() return and the owner let go.
             self.finished.emit()
+            self._done.set()
 
     def _forget(self) -> None:
         with _running_lock:

@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def gui_thread_gc(qapp) -> Iterator[None]:
+    """As the app does (app/gui/gc_guard.py): no automatic GC while engine threads run (a worker
+    thread's collection can traverse Qt wrappers mid-destruction); collect here, on the GUI
+    thread, after each test once its widgets are gone."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        for _ in range(3):
+            qapp.processEvents()
+        gc.collect()
+        if was:
+            gc.enable()
 
 
 @pytest.fixture

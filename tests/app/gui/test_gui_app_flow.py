@@ -201,3 +201,35 @@ def test_sidebar_new_search_rename_delete_and_effort(qtbot, make_app):
     assert state.is_file()
     c.chat.delete(first)
     assert c.window.sidebar.ids() == [second] and not state.exists() and c.chat.current_id is None
+
+
+def test_closing_mid_answer_keeps_partial_answer_marked_interrupted(qtbot, make_app, tmp_path):
+    from app.gui.conversation_store import ConversationStore
+    from engine.types import GenerationParams
+
+    home = tmp_path / "home"
+    c = make_app(home=home)
+    for seed in range(8):  # a random-weight model may stop at once; find a seed that keeps going
+        c.chat._params = lambda seed=seed: GenerationParams(max_tokens=2000, seed=seed)
+        c.chat.send("Tell me everything")
+        qtbot.waitUntil(lambda: c.chat.stream is None or c.chat.stream.deltas >= 3, timeout=30000)
+        if c.chat.stream is not None:
+            break
+    assert c.chat.stream is not None
+    cid = c.chat.current_id
+    c.shutdown()  # what closing the window does
+    store = ConversationStore(home / "data" / "conversations.db")
+    answer = store.thread(cid)[-1]
+    assert answer.role == "assistant" and answer.content  # what had streamed is kept
+    assert answer.meta["note"].startswith("Interrupted") and "pending" not in answer.meta
+    store.close()
+
+
+def test_thread_view_only_rebuilds_changed_messages(qtbot, make_app):
+    c = make_app(max_tokens=3)
+    _send(qtbot, c, "one")
+    first_widgets = list(c.window.chat.widgets)
+    c.chat.render_thread()
+    assert c.window.chat.widgets == first_widgets  # nothing changed, nothing rebuilt
+    _send(qtbot, c, "two")
+    assert c.window.chat.widgets[:2] == first_widgets and len(c.window.chat.widgets) == 4
