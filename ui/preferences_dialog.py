@@ -57,7 +57,10 @@ class PreferencesValues:
 
 # what the minimum of a field means, shown instead of the number
 SPECIAL_MIN = {"pool_gib": "auto", "static_slots": "auto (half)", "kv_ring": "off", "refresh_every": "frozen",
-               "cpu_threads": "auto"}
+               "cpu_threads": "auto", "ram_budget_gib": "auto", "mlock_gib": "off"}
+# The fields a preset sets; the rest (threads, context, RAM) stay as the user chose them.
+PROFILE_FIELDS = ("vram_budget_gib", "pool_gib", "static_slots", "scratch_slots", "kv_ring", "refresh_every",
+                  "refresh_m", "prefill_weight")
 
 # (field, label, explanation, kind, min, max, step/decimals)
 ENGINE_FIELDS: list[tuple[str, str, str, str, float, float, float]] = [
@@ -79,6 +82,10 @@ ENGINE_FIELDS: list[tuple[str, str, str, str, float, float, float]] = [
      "float", 0, 1024, 1),
     ("cpu_threads", "CPU threads", "Threads for experts computed on the CPU; 0 = all physical cores up to 8.",
      "int", 0, 256, 1),
+    ("ram_budget_gib", "RAM budget (GiB)", "RAM the expert store may keep resident; 0 = what is free minus headroom.",
+     "float", 0, 65536, 1),
+    ("mlock_gib", "Lock in RAM (GiB)", "Pin this much of the hottest experts in RAM so the OS never pages them out.",
+     "float", 0, 65536, 1),
     ("context", "Context length (tokens)", "Longest conversation the engine holds; the K/V cache grows with it.",
      "int", 16, 131072, 1),
 ]
@@ -177,6 +184,9 @@ class PreferencesDialog(QDialog):
             cell.addWidget(w)
             cell.addWidget(hint, 1)
             form.addRow(label, cell)
+        self.warmup = QCheckBox("Read the expert store into RAM in the background after loading (warm-up)")
+        self.warmup.toggled.connect(self._field_changed)
+        form.addRow("Warm-up", self.warmup)
         self.estimate_label = QLabel()
         self.estimate_label.setWordWrap(True)
         self.estimate_label.setObjectName("ok")
@@ -247,16 +257,16 @@ class PreferencesDialog(QDialog):
             self.backend.setCurrentIndex(max(0, self.backend.findData(s.backend)))
             for name, w in self.fields.items():
                 w.setValue(getattr(s, name))
+            self.warmup.setChecked(s.warmup)
         finally:
             self._setting_preset = False
-        self._dtype, self._prompt_block = s.dtype, s.prompt_block
+        self._base = s  # settings the dialog shows no field for are kept as they were
 
     def engine_settings(self) -> EngineSettings:
         """Raises SettingsError when a value is out of range."""
         kw: dict[str, Any] = {name: (int(w.value()) if isinstance(w, QSpinBox) else float(w.value()))
                               for name, w in self.fields.items()}
-        return EngineSettings(backend=self.backend.currentData(), dtype=self._dtype, prompt_block=self._prompt_block,
-                              **kw)
+        return replace(self._base, backend=self.backend.currentData(), warmup=self.warmup.isChecked(), **kw)
 
     def values(self) -> PreferencesValues:
         return PreferencesValues(
@@ -270,9 +280,12 @@ class PreferencesDialog(QDialog):
     def _preset_chosen(self, _i: int) -> None:
         key = self.preset.currentData()
         if key in PRESETS and not self._setting_preset:
-            base = PRESETS[key]
-            self._load_engine(replace(base, backend=self.backend.currentData(), cpu_threads=int(
-                self.fields["cpu_threads"].value()), context=int(self.fields["context"].value())))
+            profile = {f: getattr(PRESETS[key], f) for f in PROFILE_FIELDS}
+            try:
+                cur = self.engine_settings()
+            except SettingsError:
+                cur = self._base
+            self._load_engine(replace(cur, **profile))
             self._revalidate()
 
     def _sync_preset(self) -> None:
@@ -282,9 +295,7 @@ class PreferencesDialog(QDialog):
         except SettingsError:
             return
         for key, p in PRESETS.items():
-            same = replace(p, backend=cur.backend, cpu_threads=cur.cpu_threads, context=cur.context,
-                           dtype=cur.dtype, prompt_block=cur.prompt_block) == cur
-            if same:
+            if all(getattr(p, f) == getattr(cur, f) for f in PROFILE_FIELDS):
                 if self.preset.currentData() != key and self.preset.currentData() in PRESETS:
                     return  # two presets can coincide on these fields; keep the user's choice
                 self._select_preset(key)

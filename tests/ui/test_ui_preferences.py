@@ -70,3 +70,17 @@ def test_presets(qtbot, tiny_model):
     d.fields["scratch_slots"].setValue(OPTIMIZED.scratch_slots)
     assert d.preset.currentData() == "optimized"
     assert d.fields["pool_gib"].specialValueText() == "auto"
+
+
+def test_unshown_and_user_fields_survive_presets(qtbot, tiny_model):
+    start = EngineSettings(dtype="float32", prompt_block=512, cpu_threads=3, context=4096, ram_budget_gib=20.0,
+                           mlock_gib=2.0, warmup=False)
+    d = _dialog(qtbot, _values(str(tiny_model), start))
+    assert d.engine_settings() == start
+    d.preset.setCurrentIndex(d.preset.findData("optimized"))
+    s = d.engine_settings()
+    assert (s.dtype, s.prompt_block, s.cpu_threads, s.context, s.ram_budget_gib, s.mlock_gib, s.warmup) == (
+        "float32", 512, 3, 4096, 20.0, 2.0, False)
+    assert (s.pool_gib, s.kv_ring, s.scratch_slots) == (6.05, 256, 6)
+    d.warmup.setChecked(True)
+    assert d.engine_settings().warmup is True and d.preset.currentData() == "optimized"
