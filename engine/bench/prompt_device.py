@@ -123,9 +123,16 @@ class Bench:
     def open_ck(self):  # type: ignore[no-untyped-def]
         from engine.checkpoint import Checkpoint
 
-        if self.ckpt is None:
-            self.ckpt = Path(self.a.ckpt_dir) / f"{self.preset}-L{self.layers}-uniform"
-        return Checkpoint.open(self.ckpt)
+        if self.ckpt is None:  # synth not run in this call: use what an earlier call wrote
+            base = Path(self.a.ckpt_dir)
+            self.ckpt = base / f"{self.preset}-L{self.layers}-uniform"
+            if not (self.ckpt / "DONE").is_file():
+                done = sorted(base.glob(f"{self.preset}-L*-uniform/DONE"), key=lambda p: p.stat().st_mtime)
+                if done:
+                    self.ckpt = done[-1].parent
+        ck = Checkpoint.open(self.ckpt)
+        self.layers = ck.config.num_hidden_layers
+        return ck
 
     def settings(self, ck, prompt_tokens: int, **kw: Any):  # type: ignore[no-untyped-def]
         """The 36-layer model's slots per layer at the budget, after the prompt's workspace."""

@@ -119,6 +119,7 @@ class PrefillRunner:
             self._reset_after_failure()
             raise
 
+    @torch.no_grad()
     def _run(self, ids: list[int], start: int, progress: ProgressFn | None, all_logits: bool,
              block: int) -> torch.Tensor:
         core, cfg, kern = self.core, self.cfg, self.kernels
