@@ -47,7 +47,10 @@ def record(out: Path, model: Path, tokens: int) -> None:
                               scratch_slots=2, static_slots=slots // 2, refresh_every=2, refresh_m=4, cpu_threads=2)
     backend = GpuBackend.create(ck, settings, interpret=not cuda, prefer_native=False, hot_set_file=None)
     tok, _special = load_tokenizer(model)
-    ids = tok.encode("def median(values):\n    ").ids
+    # A prompt past 64 tokens: the backend then ranks its hot set and fills the static slots.
+    prompt = ("Write a Python function that returns the median of a list of numbers, with a docstring, "
+              "type hints and a doctest.\n\ndef median(values: list[float]) -> float:\n    ")
+    ids = tok.encode(prompt * 2).ids
     logits = backend.forward(ids)
     samples = []
     for i in range(tokens):

@@ -34,12 +34,14 @@ GIB = 1024**3
 
 
 def process_rss_bytes() -> int:
-    """Resident memory of this process (Linux /proc; elsewhere the peak from getrusage)."""
+    """Resident memory of this process: /proc on Linux, the working set on Windows, else the peak."""
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, AttributeError):
         pass
+    if sys.platform == "win32":
+        return _windows_working_set()
     try:
         import resource
 
@@ -47,6 +49,28 @@ def process_rss_bytes() -> int:
         return int(peak if sys.platform == "darwin" else peak * 1024)
     except (ImportError, OSError):
         return 0
+
+
+def _windows_working_set() -> int:
+    import ctypes
+    from ctypes import wintypes
+
+    class Counters(ctypes.Structure):
+        _fields_ = [("cb", wintypes.DWORD), ("PageFaultCount", wintypes.DWORD),
+                    ("PeakWorkingSetSize", ctypes.c_size_t), ("WorkingSetSize", ctypes.c_size_t),
+                    ("QuotaPeakPagedPoolUsage", ctypes.c_size_t), ("QuotaPagedPoolUsage", ctypes.c_size_t),
+                    ("QuotaPeakNonPagedPoolUsage", ctypes.c_size_t), ("QuotaNonPagedPoolUsage", ctypes.c_size_t),
+                    ("PagefileUsage", ctypes.c_size_t), ("PeakPagefileUsage", ctypes.c_size_t)]
+
+    try:
+        c = Counters()
+        c.cb = ctypes.sizeof(c)
+        k32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
+        if k32.K32GetProcessMemoryInfo(k32.GetCurrentProcess(), ctypes.byref(c), c.cb):
+            return int(c.WorkingSetSize)
+    except (AttributeError, OSError):
+        pass
+    return 0
 
 
 def fmt_gib(n: int) -> str:
