@@ -167,7 +167,8 @@ class Bench:
 
         be = GpuBackend.create(ck, settings, interpret=not self.cuda, hot_set_file=None,
                                use_graphs=self.cuda)
-        runner = PrefillRunner(be.core, ck, settings, pack_threads=self.a.pack_threads)
+        runner = PrefillRunner(be.core, ck, settings, pack_threads=self.a.pack_threads,
+                               staged_group=self.a.staged_group)
         log(f"backend: {be.plan.describe()}; CPU groups: {runner.cpu.name}")
         return be, runner
 
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--threads", type=int, default=8)
     r.add_argument("--pack-threads", type=int, default=4)
+    r.add_argument("--staged-group", type=int, default=1, help="staged experts per GEMM wave (<= scratch slots)")
     r.add_argument("--budget", type=float, default=12.0)
     r.add_argument("--context", type=int, default=16384)
     r.add_argument("--lengths", default="3000,13000")

@@ -36,7 +36,7 @@ from .stats import GpuTimer, PrefillStats
 
 class PromptExperts:
     def __init__(self, core: Any, kernels: PrefillKernels, cpu: CpuGroups, ring: StagingRing | None,
-                 cpu_max: int, max_rows: int, stats: PrefillStats, timer: GpuTimer) -> None:
+                 cpu_max: int, max_rows: int, stats: PrefillStats, timer: GpuTimer, staged_group: int = 1) -> None:
         self.core = core
         self.cfg = core.cfg
         self.k = kernels
@@ -44,6 +44,7 @@ class PromptExperts:
         self.ring = ring
         self.cpu_max = cpu_max
         self.max_rows = max(max_rows, kernels.t.gemm_m)
+        self.staged_group = staged_group
         self.stats = stats
         self.timer = timer
         self.cuda = bool(core.cuda)
@@ -176,7 +177,7 @@ class PromptExperts:
         waited0 = self.stats.stage_wait
         counts = np.bincount(flat_h, minlength=cfg.num_local_experts)
         plan = plan_layer(counts, self.core.np_table[layer], self.core.plan.n_slots, self.n_scratch, self.cpu_max,
-                          self.k.t.gemm_m, self.max_rows)
+                          self.k.t.gemm_m, self.max_rows, self.staged_group)
         self.last_plan = plan
         if plan.staged:
             assert self.ring is not None
@@ -189,18 +190,17 @@ class PromptExperts:
             w_flat = w.reshape(-1).contiguous()
             act = torch.empty((min(self.max_rows, n * topk), cfg.intermediate_size), dtype=torch.bfloat16,
                               device=self.dev)
-            staged_done = -1
+            staged_in = 0
             for i, wave in enumerate(plan.waves):
-                if wave.staged > staged_done:  # first wave of a staged expert: bring it in
-                    staged_done = wave.staged
-                    self._stage_in(layer, wave.staged, plan.staged[wave.staged], plan.staged_slots[wave.staged])
+                while staged_in <= wave.needs:  # bring in the staged experts this wave reads
+                    self._stage_in(layer, staged_in, plan.staged[staged_in], plan.staged_slots[staged_in])
+                    staged_in += 1
                 self._launch_wave(plan, i, tiles, t, order, w_flat, act, contrib)
-                last_of_staged = wave.staged >= 0 and (i + 1 == len(plan.waves)
-                                                       or plan.waves[i + 1].staged != wave.staged)
-                if last_of_staged and self.cuda:
+                if wave.frees and self.cuda:
                     ev = torch.cuda.Event()
                     ev.record()
-                    self.slot_free[plan.staged_slots[wave.staged]] = ev
+                    for j in wave.frees:
+                        self.slot_free[plan.staged_slots[j]] = ev
         self.stats.launch += time.perf_counter() - t0 - (self.stats.stage_wait - waited0)
         self._finish_cpu(cpu_job, contrib)
         return contrib, ids_h

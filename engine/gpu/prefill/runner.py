@@ -67,7 +67,7 @@ class PrefillRunner:
     def __init__(self, core: Any, ck: Checkpoint, settings: EngineSettings, *, tiles: PrefillTiles | None = None,
                  cpu_groups: CpuGroups | None = None, cpu_max: int = CPU_MAX_TOKENS, ring_depth: int = RING_DEPTH,
                  pack_threads: int = 4, max_rows: int = MAX_ROWS, prefer_native: bool = True,
-                 release_cache: bool = True, timed: bool = True) -> None:
+                 release_cache: bool = True, timed: bool = True, staged_group: int = 1) -> None:
         self.core = core
         self.ck = ck
         self.cfg: ModelConfig = core.cfg
@@ -84,7 +84,7 @@ class PrefillRunner:
         self.release_cache = release_cache
         self.timed = timed  # CUDA-event phase times (a few events per wave; off saves ~10 us each)
         self.experts = PromptExperts(core, self.kernels, self.cpu, self.ring, cpu_max, max_rows, PrefillStats(),
-                                     GpuTimer(self.cuda))
+                                     GpuTimer(self.cuda), staged_group)
         self.last: PrefillResult | None = None
 
     def _make_ring(self) -> StagingRing | None:

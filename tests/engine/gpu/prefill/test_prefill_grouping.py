@@ -41,10 +41,39 @@ def test_plan_splits_resident_cpu_and_staged() -> None:
         assert w.rows == int(rows[:, 2].sum()) and (w.rows <= 96 or w.n_tiles == 1)
         assert rows[0, 3] == 0 and (rows[1:, 3] == np.cumsum(rows[:-1, 2])).all()
         slots = set(rows[:, 0].tolist())
-        assert (w.staged >= 0) == bool(slots & {10, 11})
-        if w.staged >= 0:
-            assert slots == {plan.staged_slots[w.staged]}
-    assert [w.staged for w in plan.waves if w.staged >= 0] == [0, 1, 1, 2]  # expert 5: 100 rows, 2 waves
+        assert (w.needs >= 0) == bool(slots & {10, 11})
+        if w.needs >= 0:
+            assert slots == {plan.staged_slots[w.needs]}
+    assert [w.needs for w in plan.waves if w.needs >= 0] == [0, 1, 1, 2]  # expert 5: 100 rows, 2 waves
+    assert [w.frees for w in plan.waves if w.needs >= 0] == [(0,), (), (1,), (2,)]
+
+
+@pytest.mark.parametrize("group,n_scratch", [(2, 4), (3, 3), (8, 2)])
+def test_plan_groups_staged_experts(group: int, n_scratch: int) -> None:
+    counts = np.array([20, 30, 17, 40, 25, 18, 33])
+    table = np.full(7, -1, dtype=np.int32)
+    plan = plan_layer(counts, table, scratch_base=4, n_scratch=n_scratch, cpu_max=16, block_m=16, max_rows=64,
+                      staged_group=group)
+    assert plan.staged == list(range(7))  # expert id == staged index here
+    g = min(group, n_scratch)
+    readers: dict[int, list[int]] = {}
+    for i, w in enumerate(plan.waves):
+        rows = plan.tiles[w.tile0 : w.tile0 + w.n_tiles]
+        here = {int(np.searchsorted(plan.offsets, r0, side="right") - 1) for r0 in rows[:, 1]}
+        assert len(here) <= g and len({j // g for j in here}) == 1  # one group, fits the scratch slots
+        assert w.needs == max(here)
+        for j in here:
+            readers.setdefault(j, []).append(i)
+    for i, w in enumerate(plan.waves):
+        assert set(w.frees) == {j for j, r in readers.items() if max(r) == i}
+    freed = [j for w in plan.waves for j in w.frees]
+    assert freed == list(range(7))
+    # an expert's slot is reused only after the wave that last reads its previous occupant
+    first = {j: min(r) for j, r in readers.items()}
+    last = {j: max(r) for j, r in readers.items()}
+    for j in range(n_scratch, 7):
+        assert plan.staged_slots[j] == plan.staged_slots[j - n_scratch]
+        assert last[j - n_scratch] < first[j]
 
 
 def test_plan_without_scratch_sends_every_miss_to_the_cpu() -> None:

@@ -184,3 +184,16 @@ def test_refuses_a_prompt_past_the_context(main_run) -> None:  # type: ignore[no
         runner.run([1] * 10, 120)
     with pytest.raises(ValueError):
         runner.run([], 0)
+
+
+def test_grouped_staging_gives_the_same_bits(ck: Checkpoint, main_run) -> None:  # type: ignore[no-untyped-def]
+    """Staged experts sharing waves (staged_group) change launches, not arithmetic."""
+    _be0, runner0, _ = main_run
+    be = backend(ck)
+    runner = PrefillRunner(be.core, ck, be.settings, staged_group=2)
+    try:
+        runner.run(PROMPT, 0, all_logits=True)
+        assert runner.last.stats.gemm_waves < runner0.last.stats.gemm_waves
+        assert torch.equal(runner.last.all_logits, runner0.last.all_logits)
+    finally:
+        runner.close()
