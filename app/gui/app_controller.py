@@ -92,7 +92,8 @@ class AppController(QObject):
         else:
             self.chat.new_conversation()
         if model_dir:
-            self.settings.model_dir = str(model_dir)
+            self.settings.model_dir = str(Path(model_dir).expanduser().resolve())
+            self.save()
         self._update_backend_label()
         if self.settings.model_dir:
             self.load_model(self.settings.model_dir)
