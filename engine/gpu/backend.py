@@ -4,7 +4,8 @@
 for the user when there is no CUDA device, the GPU is unsupported, Triton is missing, or the
 VRAM plan does not fit; the session then falls back to the CPU engine. Decode runs through
 :class:`~engine.gpu.decoder.Decoder`; prompts are fed token by token through the same path
-(the layer-major prompt path is a separate piece of work).
+prompts of more than one token go through the layer-major, expert-grouped prompt path
+(:mod:`engine.gpu.prefill`), with the token-by-token path as its fallback.
 """
 
 from __future__ import annotations
@@ -60,8 +61,11 @@ class GpuBackend:
         cfg = ck.config
         self.ck = ck
         self.settings = settings
+        from .prefill.runner import workspace_bytes
+
         self.plan = plan_vram(cfg, settings.context, settings.kv_ring, settings.vram_budget_gib, settings.pool_gib,
-                              settings.static_slots, settings.scratch_slots)
+                              settings.static_slots, settings.scratch_slots,
+                              prompt_workspace=workspace_bytes(cfg, settings.context, settings.prompt_block))
         self.core = GpuCore(ck, self.plan, settings.context, settings.kv_ring, device, interpret=interpret,
                             progress=progress)
         adm = AdmissionSettings(settings.refresh_every, settings.refresh_m, settings.prefill_weight,
@@ -79,6 +83,9 @@ class GpuBackend:
                 progress("Mapping expert pages", 0.9)
             log.info("expert pages touched in %.1f s", self.misses.prefault())
         self.decoder = Decoder(self.core, self.misses, self.pool, self.policy, self.residency, capture_np)
+        from .prefill.runner import PrefillRunner
+
+        self.prefill = PrefillRunner(self.core, ck, settings, prefer_native=prefer_native)
         self.ids: list[int] = []
         self.checkpoints: list = []
         self.hot_set_file = hot_set_file
@@ -215,7 +222,10 @@ class GpuBackend:
             start = cp.length
         self.ids = keep[:start]
         if start < n:  # re-run what the rings lost since the checkpoint
-            self._run(keep[start:n])
+            if n - start > 1:
+                self._prefill(keep[start:n])
+            else:
+                self._run(keep[start:n])
 
     def set_ids(self, ids: list[int]) -> None:
         """Tell the backend which tokens a loaded state holds (lets truncate re-run from a checkpoint)."""
@@ -234,17 +244,44 @@ class GpuBackend:
             if progress is not None and (j + 1 == len(ids) or (j + 1) % 16 == 0):
                 progress(j + 1, len(ids))
 
+    def _prefill(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
+        """A prompt through the layer-major path; on failure, token by token (slow, correct)."""
+        start = len(self.ids)
+        self.residency.poll()  # flip admissions that have landed: more experts resident
+        try:
+            logits = self.prefill.run(ids, start, progress)
+        except ValueError:
+            self.ids, self.checkpoints = [], []  # cache and rings hold part of the prompt
+            raise
+        except Exception:
+            history = self.ids + [int(t) for t in ids]
+            self.ids, self.checkpoints = [], []
+            if any(t < 0 for t in history):
+                raise
+            log.exception("GPU prompt path failed; reprocessing %d tokens one by one", len(history))
+            self._run(history, progress)
+            return self.core.logits.to("cpu", copy=True)
+        self.ids.extend(int(t) for t in ids)
+        assert self.prefill.last is not None
+        self.policy.observe_prompt(self.prefill.last.routing)  # prompt routing counts toward admission
+        self.core.logits.copy_(logits.to(self.core.logits.device))  # as after a decode step
+        return logits
+
     def forward(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
         if not ids:
             raise ValueError("forward needs at least one token")
-        self._run(ids, progress)
+        if len(ids) > 1:
+            logits = self._prefill(ids, progress)
+        else:
+            self._run(ids, progress)
+            logits = None
         if len(ids) > 1 and self.core.kv.sliding:
             self.checkpoints.append(self.core.kv.checkpoint(len(self.ids)))
             self.checkpoints = self.checkpoints[-MAX_CHECKPOINTS:]
         if not self.hot_set_installed and self.plan.n_static and len(self.ids) >= 64:
             self.install_hot_set()  # calibrate the static set from what this model has routed so far
             self.save_hot_set()
-        return self.core.logits.to("cpu", copy=True)
+        return logits if logits is not None else self.core.logits.to("cpu", copy=True)
 
     def sample_next(self, token: int, temperature: float = 0.0, seed: int = 0) -> int:
         """Process ``token`` and sample the next one inside the tail graph (greedy at 0)."""
@@ -262,6 +299,9 @@ class GpuBackend:
         t.phases_ms = st.phases_ms()
         if st.wall > 0:
             t.decode_tps = st.tokens / st.wall
+        last = self.prefill.last
+        if last is not None and last.stats.tokens_per_s:
+            t.prompt_tps = last.stats.tokens_per_s
         if self.core.cuda:
             t.vram_used_bytes = int(torch.cuda.memory_allocated())
             t.vram_reserved_bytes = int(torch.cuda.memory_reserved())
@@ -276,6 +316,7 @@ class GpuBackend:
         self.checkpoints = [self.core.kv.checkpoint(length)] if self.core.kv.sliding else []
 
     def close(self) -> None:
+        self.prefill.close()
         self.drain()
         if self.hot_set_installed:
             self.save_hot_set()

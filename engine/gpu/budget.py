@@ -66,13 +66,16 @@ def buffer_bytes(cfg: ModelConfig, context: int) -> int:
 
 
 def plan_vram(cfg: ModelConfig, context: int, kv_ring: int, budget_gib: float, pool_gib: float,
-              static_slots: int, scratch_slots: int, overhead: int = CONTEXT_OVERHEAD) -> VramPlan:
+              static_slots: int, scratch_slots: int, overhead: int = CONTEXT_OVERHEAD,
+              prompt_workspace: int = 0) -> VramPlan:
+    """``prompt_workspace``: the prompt path's peak working memory at the full context
+    (engine.gpu.prefill.runner.workspace_bytes), reserved so a long prompt stays in budget."""
     layout = ExpertLayout.for_config(cfg)
     sb = layout.slot_bytes
     budget = int(budget_gib * GIB)
     dense = dense_bytes(cfg)
     kv = KVCache.bytes_for(cfg, context, kv_ring)
-    buffers = buffer_bytes(cfg, context)
+    buffers = buffer_bytes(cfg, context) + prompt_workspace
     fixed = dense + kv + buffers + overhead
     room = budget - fixed - scratch_slots * sb
     if pool_gib > 0:
