@@ -270,7 +270,7 @@ class GpuBackend:
     def forward(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
         if not ids:
             raise ValueError("forward needs at least one token")
-        if len(ids) > 1:
+        if len(ids) > 1 and os.environ.get("NEURAL_GPU_PREFILL", "1") != "0":  # 0: token by token
             logits = self._prefill(ids, progress)
         else:
             self._run(ids, progress)
