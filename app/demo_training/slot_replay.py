@@ -37,7 +37,7 @@ def replay(calibration: list[list[list[int]]], trace: list[list[list[int]]], lay
     The static half of the pool is the hot set ranked from ``calibration``; each sequence of
     ``trace`` then runs as a conversation of its own (scores carried over, like one engine)."""
     s = settings or AdmissionSettings()
-    n_slots = max(2, int(round(slot_fraction * layers * experts)))
+    n_slots = max(2, round(slot_fraction * layers * experts))
     policy = AdmissionPolicy(layers, experts, s)
     for seq in calibration:
         for ids in seq:
