@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def record(out: Path, model: Path, tokens: int) -> None:
+def record(out: Path, model: Path, tokens: int, fraction: float = 0.4) -> None:
     try:
         import torch
 
@@ -42,7 +42,7 @@ def record(out: Path, model: Path, tokens: int) -> None:
     ck = Checkpoint.open(model)
     cfg = ck.config
     sb = ExpertLayout.for_config(cfg).slot_bytes
-    slots = cfg.num_hidden_layers * cfg.num_local_experts * 2 // 5  # 40 % of the experts fit in VRAM
+    slots = max(4, int(cfg.num_hidden_layers * cfg.num_local_experts * fraction))  # experts that fit in VRAM
     settings = EngineSettings(context=512, kv_ring=max(64, cfg.sliding_window), pool_gib=(slots + 2) * sb / 2**30,
                               scratch_slots=2, static_slots=slots // 2, refresh_every=2, refresh_m=4, cpu_threads=2)
     backend = GpuBackend.create(ck, settings, interpret=not cuda, prefer_native=False, hot_set_file=None)
@@ -94,12 +94,13 @@ def main() -> int:
     r.add_argument("out")
     r.add_argument("--model", default=str(ROOT / "resources" / "demo-model"))
     r.add_argument("--tokens", type=int, default=24)
+    r.add_argument("--fraction", type=float, default=0.4, help="share of all experts the VRAM pool holds")
     v = sub.add_parser("render")
     v.add_argument("inp")
     v.add_argument("png")
     a = p.parse_args()
     if a.cmd == "record":
-        record(Path(a.out), Path(a.model), a.tokens)
+        record(Path(a.out), Path(a.model), a.tokens, a.fraction)
     else:
         render(Path(a.inp), Path(a.png))
     return 0

@@ -7,6 +7,7 @@ starts ``neural gui --screenshot-dir OUT``, which drives the window through a sc
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -17,8 +18,6 @@ sys.path.insert(0, str(ROOT))
 
 def gpu_panel(out: Path) -> None:
     """The slot map with real data: the GPU backend's telemetry (Triton interpreter without a GPU)."""
-    import subprocess
-
     helper = str(ROOT / "scripts" / "residency_replay.py")
     with tempfile.TemporaryDirectory(prefix="neural-telemetry-") as d:
         samples = Path(d) / "telemetry.json"
@@ -41,6 +40,10 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="neural-shots-") as home:
         code = run_app(model=args.model, screenshot_dir=args.out, home=home)
+    recorded = ROOT / "tests" / "ui" / "data" / "h200_gpu_telemetry.json"
+    if recorded.is_file():  # telemetry recorded on an H200 (36 layers x 128 experts): the map at full scale
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "residency_replay.py"), "render", str(recorded),
+                        str(Path(args.out) / "residency-h200-recorded.png")], check=True)
     if not args.no_gpu_panel:
         gpu_panel(Path(args.out))
     pngs = sorted(Path(args.out).glob("*.png"))

@@ -1,9 +1,11 @@
 """Python's cyclic garbage collector runs on the GUI thread only.
 
 Automatic collection runs in whichever thread happens to allocate: with the engine on worker
-threads that is often a worker, which then traverses and frees Qt wrapper objects while the GUI
-thread is inside Qt (seen as segfaults in shiboken's traverse). So automatic GC is switched off
-and a GUI-thread timer collects with the same generation thresholds.
+threads that is often a worker, which then traverses and may free Qt wrapper objects (and so
+delete QObjects) off the GUI thread while the GUI thread is inside Qt. A crash in shiboken's
+traverse during such a collection was seen here (together with the None refcount bug that
+ui/qt.py works around). So automatic GC is switched off and a GUI-thread timer collects with
+the same generation thresholds.
 """
 
 from __future__ import annotations

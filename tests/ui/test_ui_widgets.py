@@ -135,3 +135,26 @@ def test_crash_dialog_shows_message_details_and_log(qtbot, tmp_path):
 
     labels = " ".join(lbl.text() for lbl in d.findChildren(QLabel))
     assert "ValueError: boom" in labels and "neural.log" in labels
+
+
+def test_residency_panel_with_telemetry_recorded_on_an_h200(qtbot):
+    """Samples of GpuBackend.fill_telemetry from a real CUDA run (H200, a synthetic model with
+    36 layers x 128 experts, pool for 11 % of them; scripts/residency_replay.py record)."""
+    import json
+    from pathlib import Path
+
+    samples = json.loads((Path(__file__).parent / "data" / "h200_gpu_telemetry.json").read_text())
+    p = ResidencyPanel()
+    qtbot.addWidget(p)
+    for d in samples:
+        d["slots"] = [tuple(s) for s in d["slots"]]
+        p.update_telemetry(Telemetry(**d), generating=True)
+    last = samples[-1]
+    st = sum(s[0] for s in last["slots"])
+    ad = sum(s[1] for s in last["slots"])
+    assert p.values["held"].text() == f"{st} static + {ad} adaptive; {36 * 128 - st - ad} on CPU"
+    assert p.values["hit"].text() == f"{last['vram_hit_rate'] * 100:.1f} %"
+    assert len(p.slot_map.slots) == 36 and p.slot_map.isVisibleTo(p)
+    assert "reserved" in p.values["vram"].text()
+    assert p.phases.total == last["phases_ms"]["token"] and p.phases.phases[0][0] == "cpu_experts"
+    assert len(p.plot.decode) == len(samples)
