@@ -397,7 +397,7 @@ class ResidencyPanel(QFrame):
             frac = t.store_resident_bytes / t.store_bytes
             lines.append(f"resident {fmt_gib(t.store_resident_bytes)} of {fmt_gib(t.store_bytes)} ({frac * 100:.0f} %)")
         if t.ram_locked_bytes or t.ram_budget_bytes:
-            lines.append(f"locked {fmt_gib(t.ram_locked_bytes)} of a {fmt_gib(t.ram_budget_bytes)} budget")
+            lines.append(f"RAM budget {fmt_gib(t.ram_budget_bytes)}, locked (mlock) {fmt_gib(t.ram_locked_bytes)}")
         if t.warmup_state:
             lines.append(f"warm-up: {t.warmup_state} ({t.warmup_fraction * 100:.0f} %)")
         if t.faults_major_per_token or t.faults_minor_per_token:
