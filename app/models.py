@@ -23,12 +23,17 @@ def demo_model_dir() -> Path:
 def resolve_model_dir(arg: str | None) -> Path:
     if arg:
         return Path(arg).expanduser()
-    try:
-        from app.settings_store import load_app_settings  # type: ignore[import-not-found]
+    configured = configured_model_dir()
+    return configured if configured is not None else demo_model_dir()
 
-        configured = load_app_settings().model_dir
-        if configured:
-            return Path(configured)
-    except Exception:
-        pass
-    return demo_model_dir()
+
+def configured_model_dir() -> Path | None:
+    """The model folder chosen in the desktop app's Preferences, if any (shared by the CLI)."""
+    try:
+        from app.gui.paths import AppPaths
+        from app.gui.settings import load_settings
+
+        chosen = load_settings(AppPaths.default().settings_file).model_dir
+    except Exception:  # unreadable settings never stop a command: fall back to the demo
+        return None
+    return Path(chosen) if chosen else None

@@ -149,7 +149,7 @@ class Telemetry:
     model_note: str = ""  # e.g. "random weights (synthetic demo model)"
     layers: int = 0
     experts_per_layer: int = 0
-    # per-layer slot occupancy: [static, adaptive, free]; empty on CPU-only engines
+    # per layer: (experts in static slots, experts in adaptive slots, experts not in VRAM); empty on CPU engines
     slots: list[tuple[int, int, int]] = field(default_factory=list)
     # per-layer recent hit counts per slot kind, for colouring the residency map
     slot_hits: list[list[float]] = field(default_factory=list)
