@@ -11,7 +11,6 @@ position for every layer; the window is applied by the mask, as in the reference
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 
 from .checkpoint import Checkpoint
 from .config import ModelConfig, yarn_inv_freq
-from .mxfp4 import dequantize
+from .expert_cache import DequantizedExperts
 
 # (layer, normalized hidden [T, H], expert ids [T, k], routing weights [T, k]) -> [T, H]
 ExpertsFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -87,9 +86,7 @@ class ReferenceModel:
         self.dtype = dtype
         self.experts_fn = experts_fn
         self._dense: dict[str, torch.Tensor] = {}
-        self._experts: OrderedDict[tuple[int, int], tuple[torch.Tensor, ...]] = OrderedDict()
-        self._expert_cache_bytes = expert_cache_bytes
-        self._expert_bytes = 0
+        self._experts = DequantizedExperts(ck, dtype, expert_cache_bytes)
 
     # ---- weights ------------------------------------------------------------------------
     def w(self, name: str) -> torch.Tensor:
@@ -100,26 +97,7 @@ class ReferenceModel:
         return t
 
     def expert_weights(self, layer: int, e: int) -> tuple[torch.Tensor, ...]:
-        key = (layer, e)
-        hit = self._experts.get(key)
-        if hit is not None:
-            self._experts.move_to_end(key)
-            return hit
-        a = self.ck.expert_arrays(layer, e)
-        w1 = dequantize(a["gate_up_proj_blocks"], a["gate_up_proj_scales"], self.dtype)
-        w2 = dequantize(a["down_proj_blocks"], a["down_proj_scales"], self.dtype)
-        from .checkpoint import bf16_bits_to_tensor
-
-        b1 = bf16_bits_to_tensor(a["gate_up_proj_bias"]).to(self.dtype)
-        b2 = bf16_bits_to_tensor(a["down_proj_bias"]).to(self.dtype)
-        out = (w1, b1, w2, b2)
-        nbytes = sum(t.numel() * t.element_size() for t in out)
-        self._experts[key] = out
-        self._expert_bytes += nbytes
-        while self._expert_bytes > self._expert_cache_bytes and len(self._experts) > 1:
-            _, old = self._experts.popitem(last=False)
-            self._expert_bytes -= sum(t.numel() * t.element_size() for t in old)
-        return out
+        return self._experts.get(layer, e)
 
     # ---- blocks -------------------------------------------------------------------------
     def attention(self, layer: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint, bf16_bits_to_tensor
+from ..expert_cache import DequantizedExperts, ExpertWeights
 from ..mxfp4 import FP4_VALUES
 from ..reference import KVCache, ReferenceModel
 
@@ -31,6 +32,7 @@ class DeviceReference(ReferenceModel):
                  expert_cache_bytes: int = 256 << 20) -> None:
         super().__init__(ck, dtype, expert_cache_bytes=expert_cache_bytes)
         self.device = device
+        self._experts = _DeviceExperts(ck, dtype, device, expert_cache_bytes)
 
     def w(self, name: str) -> torch.Tensor:
         t = self._dense.get(name)
@@ -38,25 +40,6 @@ class DeviceReference(ReferenceModel):
             t = self.ck.bf16(name).to(self.dtype).to(self.device)
             self._dense[name] = t
         return t
-
-    def expert_weights(self, layer: int, e: int) -> tuple[torch.Tensor, ...]:
-        key = (layer, e)
-        hit = self._experts.get(key)
-        if hit is not None:
-            self._experts.move_to_end(key)
-            return hit
-        a = self.ck.expert_arrays(layer, e)
-        dev, dt = self.device, self.dtype
-        out = (dequantize_on(a["gate_up_proj_blocks"], a["gate_up_proj_scales"], dt, dev),
-               bf16_bits_to_tensor(a["gate_up_proj_bias"]).to(dt).to(dev),
-               dequantize_on(a["down_proj_blocks"], a["down_proj_scales"], dt, dev),
-               bf16_bits_to_tensor(a["down_proj_bias"]).to(dt).to(dev))
-        self._experts[key] = out
-        self._expert_bytes += sum(t.numel() * t.element_size() for t in out)
-        while self._expert_bytes > self._expert_cache_bytes and len(self._experts) > 1:
-            _, old = self._experts.popitem(last=False)
-            self._expert_bytes -= sum(t.numel() * t.element_size() for t in old)
-        return out
 
     def embed(self, ids: list[int]) -> torch.Tensor:
         table = self.ck.array("model.embed_tokens.weight")
@@ -114,3 +97,19 @@ class ForcedRoutingReference(DeviceReference):
                 self.flips.append((int(pos[row]), layer, float(own_top[row, -1]) - worst))
         top = logits.gather(-1, idx)
         return idx, F.softmax(top, dim=-1, dtype=top.dtype)
+
+
+class _DeviceExperts(DequantizedExperts):
+    """Experts dequantized straight on the device (the host would be the bottleneck)."""
+
+    def __init__(self, ck: Checkpoint, dtype: torch.dtype, device: torch.device, cache_bytes: int) -> None:
+        super().__init__(ck, dtype, cache_bytes)
+        self.device = device
+
+    def _load(self, layer: int, e: int) -> ExpertWeights:
+        a = self.ck.expert_arrays(layer, e)
+        dev, dt = self.device, self.dtype
+        return (dequantize_on(a["gate_up_proj_blocks"], a["gate_up_proj_scales"], dt, dev),
+                bf16_bits_to_tensor(a["gate_up_proj_bias"]).to(dt).to(dev),
+                dequantize_on(a["down_proj_blocks"], a["down_proj_scales"], dt, dev),
+                bf16_bits_to_tensor(a["down_proj_bias"]).to(dt).to(dev))

@@ -12,14 +12,13 @@ the same contract.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from ...checkpoint import Checkpoint, bf16_bits_to_tensor
-from ...mxfp4 import dequantize
+from ...checkpoint import Checkpoint
+from ...expert_cache import DequantizedExperts
 from ...reference import expert_forward
 
 log = logging.getLogger(__name__)
@@ -56,27 +55,10 @@ class TorchGroups:
 
     def __init__(self, ck: Checkpoint, cache_bytes: int = 256 << 20) -> None:
         self.ck = ck
-        self._cache: OrderedDict[tuple[int, int], tuple[torch.Tensor, ...]] = OrderedDict()
-        self._cache_bytes = cache_bytes
-        self._bytes = 0
+        self._experts = DequantizedExperts(ck, torch.float32, cache_bytes)
 
     def _weights(self, layer: int, e: int) -> tuple[torch.Tensor, ...]:
-        key = (layer, e)
-        hit = self._cache.get(key)
-        if hit is not None:
-            self._cache.move_to_end(key)
-            return hit
-        a = self.ck.expert_arrays(layer, e)
-        w = (dequantize(a["gate_up_proj_blocks"], a["gate_up_proj_scales"]),
-             bf16_bits_to_tensor(a["gate_up_proj_bias"]).float(),
-             dequantize(a["down_proj_blocks"], a["down_proj_scales"]),
-             bf16_bits_to_tensor(a["down_proj_bias"]).float())
-        self._cache[key] = w
-        self._bytes += sum(t.numel() * 4 for t in w)
-        while self._bytes > self._cache_bytes and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._bytes -= sum(t.numel() * 4 for t in old)
-        return w
+        return self._experts.get(layer, e)
 
     def compute(self, layer: int, expert: int, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         cfg = self.ck.config

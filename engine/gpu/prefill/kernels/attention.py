@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .mx import round_bf16, to_bf16
+from ...kernels.common import round_bf16, to_bf16
 
 NEG: tl.constexpr = tl.constexpr(-1.0e30)  # finite "minus infinity": exp(m_a - m_b) stays finite
 

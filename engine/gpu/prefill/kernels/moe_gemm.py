@@ -21,7 +21,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .mx import e8m0, fp4_e2m1, round_bf16, to_bf16
+from ...kernels.common import round_bf16, to_bf16
+from .mx import e8m0, fp4_e2m1
 
 
 @triton.jit

@@ -1,4 +1,5 @@
-"""Element helpers of the prompt kernels: bf16 rounding on the bits, MXFP4 decoding.
+"""Element helpers of the prompt kernels: MXFP4 decoding (bf16 rounding on the bits is shared with
+the decode kernels, engine/gpu/kernels/common.py).
 
 Rounding is done on the bits (round to nearest, ties to even) rather than by a cast, because
 Triton's interpreter truncates on a plain fp32 -> bf16 cast; with these helpers the CI
@@ -9,20 +10,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-
-@triton.jit
-def round_bf16(x):
-    """fp32 rounded to the nearest bf16 value, returned as fp32."""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def to_bf16(x):
-    """fp32 -> bf16 with round-to-nearest-even (the cast of a rounded value is exact)."""
-    return round_bf16(x).to(tl.bfloat16)
 
 
 @triton.jit
