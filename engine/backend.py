@@ -61,13 +61,8 @@ class ReferenceBackend:
             self.cache.truncate(n)
 
     def forward(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
-        logits = None
-        for s in range(0, len(ids), self.block):
-            logits = self.model.forward(ids[s : s + self.block], self.cache, last_only=True)
-            if progress is not None:
-                progress(min(s + self.block, len(ids)), len(ids))
-        assert logits is not None
-        return logits[0]
+        # layer-major: a long prompt reads each expert once per layer, not once per block
+        return self.model.forward(ids, self.cache, last_only=True, attn_block=self.block, progress=progress)[0]
 
     def fill_telemetry(self, t: Telemetry) -> None:
         t.backend = self.name

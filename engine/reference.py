@@ -158,30 +158,47 @@ class ReferenceModel:
 
         return bf16_bits_to_tensor(table[ids]).to(self.dtype)
 
-    def layer(self, i: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def layer(self, i: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+              attn_block: int = 0) -> torch.Tensor:
+        """One layer over all of ``x``. With ``attn_block``, attention runs block by block (bounded
+        score memory) while the MoE still sees every token at once, so each expert's weights are
+        read once per layer however long the prompt is."""
         p = f"model.layers.{i}."
         eps = self.cfg.rms_norm_eps
-        x = x + self.attention(i, rms_norm(x, self.w(p + "input_layernorm.weight"), eps), positions, cache)
+        h = rms_norm(x, self.w(p + "input_layernorm.weight"), eps)
+        n = x.shape[0]
+        if attn_block and n > attn_block:
+            attn = torch.cat([self.attention(i, h[s : s + attn_block], positions[s : s + attn_block], cache)
+                              for s in range(0, n, attn_block)])
+        else:
+            attn = self.attention(i, h, positions, cache)
+        x = x + attn
         t = rms_norm(x, self.w(p + "post_attention_layernorm.weight"), eps)
         idx, weights = self.route(i, t)
         fn = self.experts_fn or self.experts
         return x + fn(i, t, idx, weights).to(x.dtype)
 
-    def hidden(self, ids: list[int], cache: KVCache) -> torch.Tensor:
+    def hidden(self, ids: list[int], cache: KVCache, attn_block: int = 0,
+               progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+        """Layer-major: every token through layer i before layer i + 1."""
         start = cache.length
         positions = torch.arange(start, start + len(ids))
         x = self.embed(ids)
-        for i in range(self.cfg.num_hidden_layers):
-            x = self.layer(i, x, positions, cache)
+        layers = self.cfg.num_hidden_layers
+        for i in range(layers):
+            x = self.layer(i, x, positions, cache, attn_block)
+            if progress is not None:
+                progress(len(ids) * (i + 1) // layers, len(ids))
         return rms_norm(x, self.w("model.norm.weight"), self.cfg.rms_norm_eps)
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
+    def forward(self, ids: list[int], cache: KVCache | None = None, last_only: bool = False,
+                attn_block: int = 0, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
         """Process ``ids`` after what ``cache`` holds; returns fp32 logits [T or 1, vocab]."""
         if not ids:
             raise ValueError("forward needs at least one token")
         cache = cache if cache is not None else self.new_cache()
-        h = self.hidden(ids, cache)
+        h = self.hidden(ids, cache, attn_block, progress)
         if last_only:
             h = h[-1:]
         head = self.w("lm_head.weight") if not self.cfg.tie_word_embeddings else self.w("model.embed_tokens.weight")
