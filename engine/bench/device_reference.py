@@ -8,6 +8,8 @@ reference of a 120b-shape checkpoint fast enough to check every decode step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -51,9 +53,10 @@ class DeviceReference(ReferenceModel):
         n = cfg.num_hidden_layers
         return KVCache([empty] * n, [empty] * n)
 
-    def forward(self, ids: list[int], cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
+    def forward(self, ids: list[int], cache: KVCache | None = None, last_only: bool = False,
+                attn_block: int = 0, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
         with torch.device(self.device):
-            return super().forward(ids, cache, last_only).to("cpu")
+            return super().forward(ids, cache, last_only, attn_block, progress).to("cpu")
 
 
 class ForcedRoutingReference(DeviceReference):
@@ -75,9 +78,10 @@ class ForcedRoutingReference(DeviceReference):
         self.routed = 0
         self._positions: torch.Tensor | None = None
 
-    def layer(self, i: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def layer(self, i: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+              attn_block: int = 0) -> torch.Tensor:
         self._positions = positions
-        return super().layer(i, x, positions, cache)
+        return super().layer(i, x, positions, cache, attn_block)
 
     def route(self, layer: int, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         import torch.nn.functional as F
