@@ -53,6 +53,7 @@ class _Stream:
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     note: str = ""
+    state_note: str = ""  # how the K/V state was obtained; progress lines must not erase it
     stopped: bool = False
     deltas: int = 0  # text pieces received (about one per token for the local engine)
 
@@ -322,12 +323,12 @@ class ChatController(QObject):
         elif isinstance(ev, ToolCallEvent):
             s.tool_calls.append(ev.call)
         elif isinstance(ev, StateNote):
-            s.note = ev.text()
+            s.state_note = s.note = ev.text()
         elif isinstance(ev, Progress):
             if ev.total > 0 and ev.done < ev.total:
-                s.note = f"Processing the prompt: {ev.done}/{ev.total} tokens…"
-            elif s.note.startswith("Processing the prompt"):
-                s.note = ""
+                s.note = f"{s.state_note} Processing the prompt: {ev.done}/{ev.total} tokens…".lstrip()
+            else:
+                s.note = s.state_note
         w = self.chat.widget_for(s.message_id)
         if w is not None:
             if isinstance(ev, StateNote | Progress):
