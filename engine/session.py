@@ -223,7 +223,16 @@ class Engine:
             error: str | None = None
             try:
                 progress_events: list[Progress] = []
-                logits, cached = self.prefill(ids, lambda d, n: progress_events.append(Progress(d, n)))
+
+                def on_progress(done: int, total: int) -> None:
+                    # events can only be yielded after the backend returns; telemetry is live
+                    tel.prompt_done, tel.prompt_total = done, total
+                    progress_events.append(Progress(done, total))
+
+                try:
+                    logits, cached = self.prefill(ids, on_progress)
+                finally:
+                    tel.prompt_done = tel.prompt_total = 0
                 yield from progress_events
                 prompt_s = time.perf_counter() - t0
                 tel.prompt_tps = (len(ids) - cached) / prompt_s if prompt_s > 0 else 0.0

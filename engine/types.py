@@ -162,6 +162,9 @@ class Telemetry:
     phases_ms: dict[str, float] = field(default_factory=dict)
     tokens_generated: int = 0
     cached_tokens: int = 0
+    # the prompt being processed right now (0/0 when none): front ends poll this for live progress
+    prompt_done: int = 0
+    prompt_total: int = 0
     # RAM residency of the expert bytes the CPU reads (engine/residency/)
     store_bytes: int = 0
     store_resident_bytes: int = 0

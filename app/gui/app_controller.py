@@ -233,6 +233,8 @@ class AppController(QObject):
             return
         t = self.host.telemetry()
         self.window.residency.update_telemetry(t, generating=self.chat.generating)
+        if t is not None and self.chat.generating and t.prompt_total:
+            self.chat.show_prompt_progress(t.prompt_done, t.prompt_total)
 
     # ---- preferences ----------------------------------------------------------------------
     def preferences_values(self) -> PreferencesValues:

@@ -336,6 +336,16 @@ class ChatController(QObject):
             w.vm.footer = f"Generating… {s.deltas} tokens so far · Esc stops" if s.deltas else "Processing the prompt…"
             w.set_stream(s.content, s.reasoning, tuple(s.tool_calls))
 
+    def show_prompt_progress(self, done: int, total: int) -> None:
+        """Live prompt progress from engine telemetry (its Progress events arrive only afterwards)."""
+        s = self.stream
+        if s is None or s.deltas or total <= 0 or done >= total:
+            return
+        w = self.chat.widget_for(s.message_id)
+        if w is not None:
+            w.vm.footer = f"Processing the prompt: {done:,}/{total:,} tokens…"
+            w.set_stream(s.content, s.reasoning, tuple(s.tool_calls))
+
     def _on_done(self, done: Done) -> None:
         s = self.stream
         if s is None:

@@ -8,7 +8,7 @@ import torch
 from engine.reference import ReferenceModel
 from engine.session import Engine
 from engine.settings import EngineSettings
-from engine.types import CancelToken, Conversation, Done, GenerationParams, Message, TextDelta
+from engine.types import CancelToken, Conversation, Done, GenerationParams, Message, Progress, TextDelta
 
 
 @pytest.fixture
@@ -135,3 +135,28 @@ def test_cpu_engine_reports_ram_residency(tiny_model):
         assert 0 <= t.store_resident_bytes <= t.store_bytes
     finally:
         eng.close()
+
+
+def test_prompt_progress_is_live_in_telemetry(engine):
+    """Progress events can only follow the backend call; telemetry shows it while it runs."""
+    seen: list[tuple[int, int]] = []
+    orig = engine.backend.forward
+
+    def forward(ids, progress=None):
+        if progress is None:  # a decode step
+            return orig(ids, None)
+
+        def spy(done, total):
+            progress(done, total)
+            t = engine.telemetry()
+            seen.append((t.prompt_done, t.prompt_total))
+
+        return orig(ids, spy)
+
+    engine.backend.forward = forward  # type: ignore[method-assign]
+    conv = Conversation((Message("user", "hello there"),), current_date="2026-11-29")
+    events = list(engine.generate(conv, GenerationParams(max_tokens=2, temperature=0)))
+    n = len(engine.render(conv))
+    assert seen and seen[-1] == (n, n) and all(total == n for _, total in seen)
+    assert [e for e in events if isinstance(e, Progress)][-1] == Progress(n, n)
+    assert (engine.telemetry().prompt_done, engine.telemetry().prompt_total) == (0, 0)
