@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, bf16_bits_to_tensor
 from .config import ModelConfig, yarn_inv_freq
 from .expert_cache import DequantizedExperts
 
@@ -154,8 +154,6 @@ class ReferenceModel:
 
     def embed(self, ids: list[int]) -> torch.Tensor:
         table = self.ck.array("model.embed_tokens.weight")
-        from .checkpoint import bf16_bits_to_tensor
-
         return bf16_bits_to_tensor(table[ids]).to(self.dtype)
 
     def layer(self, i: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,

@@ -9,6 +9,7 @@ by name from whatever ``tokenizer.json`` the model folder carries.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def build_synthetic_tokenizer(vocab_size: int) -> Tokenizer:
     return train_byte_bpe([_CORPUS] * 20, vocab_size)
 
 
-def train_byte_bpe(texts, vocab_size: int) -> Tokenizer:  # texts: Iterable[str]
+def train_byte_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     """Train a byte-level BPE on ``texts`` and append the harmony specials (see
     :func:`build_synthetic_tokenizer` for where they land)."""
     real_start = 199998
