@@ -102,7 +102,19 @@ def prompt_table(rep: dict[str, Any]) -> str:
         lines.append(f"{r['prompt_tokens']:>7} {_spread(r['ttft_s'], '{:.3f}'):>28} "
                      f"{r['tokens_per_s']['median']:>13.1f} {hit:>9}  {r['token_ids_sha256'][:16]}"
                      f"{'' if r['repeats_identical'] else ' (repeats differ)'}")
-        if r["phases_ms"]:
+        if r.get("phases_ms"):
             lines.append("        phases ms: " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases_ms"].items()))
+        if r.get("prompt_split"):
+            lines.append("        split: " + split_line(r["prompt_split"]))
     lines += [f"note: {n}" for n in rep["notes"]]
     return "\n".join(lines)
+
+
+def split_line(s: dict[str, float]) -> str:
+    """The GPU prompt path's split in the issue's terms: GPU GEMM, staging copies, CPU jobs, routing sync."""
+    g = lambda k: s.get(k, 0.0)
+    return (f"wall {g('wall'):.3f} s = GPU gemm {g('gpu_gemm'):.3f} s, attention {g('gpu_attention'):.3f} s, "
+            f"dense {g('gpu_dense'):.3f} s; staging copies {g('gpu_copies'):.3f} s ({g('staged_experts'):.0f} experts, "
+            f"{g('staged_bytes') / 1e9:.2f} GB), pack {g('pack'):.3f} s, stage wait {g('stage_wait'):.3f} s; "
+            f"CPU jobs {g('cpu_jobs'):.3f} s ({g('cpu_experts'):.0f} experts, waited {g('cpu_wait'):.3f} s); "
+            f"routing sync {g('routing_sync'):.3f} s; launch {g('launch'):.3f} s")
