@@ -14,6 +14,7 @@ backends and builds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
 import time
@@ -103,7 +104,19 @@ class DecodeRun:
     phases_source: str = ""
 
 
+def computing(engine: Engine) -> contextlib.AbstractContextManager[Any]:
+    """What the engine does around its own generation: RAM warm-up pauses while it computes
+    (the bench drives the backend directly, so it says so itself)."""
+    res = getattr(engine, "ram_residency", None)
+    return res.computing() if res is not None else contextlib.nullcontext()
+
+
 def _decode_once(engine: Engine, prompt: list[int], tokens: int) -> DecodeRun:
+    with computing(engine):
+        return _decode_timed(engine, prompt, tokens)
+
+
+def _decode_timed(engine: Engine, prompt: list[int], tokens: int) -> DecodeRun:
     logits, _ = engine.prefill(prompt)  # reuses the held context: recomputes one token
     tok = greedy(logits)
     ids = [tok]
@@ -134,10 +147,11 @@ def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, 
                          f"(settings.context and the model's positions) and {tokens} tokens are decoded after it")
         prompt = seq[: max(depth, 1)]  # decoding needs one token to start from
         engine.reset()
-        t0 = time.perf_counter()
-        logits, _ = engine.prefill(prompt)
-        greedy(logits)
-        ttft = time.perf_counter() - t0
+        with computing(engine):
+            t0 = time.perf_counter()
+            logits, _ = engine.prefill(prompt)
+            greedy(logits)
+            ttft = time.perf_counter() - t0
         log(f"depth {depth}: context processed in {ttft:.2f} s; {warmup} warm-up + {repeats} timed runs "
             f"of {tokens} tokens")
         for _ in range(warmup):
@@ -184,6 +198,12 @@ def prompt_split(engine: Engine) -> dict[str, float]:
 
 def _prompt_once(engine: Engine, prompt: list[int], check_tokens: int) -> tuple[float, list[int],
                                                                               float | None, dict[str, float], str]:
+    with computing(engine):
+        return _prompt_timed(engine, prompt, check_tokens)
+
+
+def _prompt_timed(engine: Engine, prompt: list[int], check_tokens: int) -> tuple[float, list[int],
+                                                                               float | None, dict[str, float], str]:
     engine.reset()
     window = RunWindow(engine)
     t0 = time.perf_counter()

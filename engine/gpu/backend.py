@@ -102,7 +102,27 @@ class GpuBackend:
             if progress is not None:
                 progress("Compiling and capturing GPU graphs", 0.95)
             self.core.capture_graphs()
+        self.ram_residency = self._start_ram_residency()
         log.info("GPU backend: %s; CPU misses: %s", self.plan.describe(), self.misses.name)
+
+    def _start_ram_residency(self):  # -> ResidencyManager | None
+        """RAM residency for the experts the CPU reads (the misses): warm-up in the order of the
+        saved routing counts (the calibration ranking), lock/telemetry per the settings. The static
+        hot set lives in VRAM, so its pages are excluded from the RAM budget. The engine picks
+        this up as its ``ram_residency`` (pausing warm-up while computing, faults per token)."""
+        try:
+            from ..residency.manager import ResidencyManager
+            from ..residency.ranking import ExpertRanking
+
+            static = [s.key for s in self.pool.slots if s.static and s.key is not None]
+            counts = self.policy.counts
+            ranking = ExpertRanking(counts, self.ck.fingerprint()) if counts.any() else None
+            res = ResidencyManager.for_checkpoint(self.ck, self.settings, ranking=ranking, exclude=static)
+            res.start()
+            return res
+        except Exception as exc:  # residency is an optimisation: never a reason to fail a load
+            log.warning("RAM residency management unavailable: %s", exc)
+            return None
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -181,6 +201,9 @@ class GpuBackend:
             for j in range(len(batch)):
                 self.pool.finish_copy(start + j)
         self.hot_set_installed = True
+        res = getattr(self, "ram_residency", None)  # None while __init__ installs a saved hot set
+        if res is not None and keys:
+            res.experts_released(keys)  # in VRAM for good: the CPU will not read them
         return len(keys)
 
     def save_hot_set(self) -> None:
@@ -316,6 +339,8 @@ class GpuBackend:
         self.checkpoints = [self.core.kv.checkpoint(length)] if self.core.kv.sliding else []
 
     def close(self) -> None:
+        if self.ram_residency is not None:
+            self.ram_residency.close()  # idempotent: the engine may have closed it already
         self.prefill.close()
         self.drain()
         if self.hot_set_installed:

@@ -223,3 +223,29 @@ def test_engine_session_runs_on_the_gpu_backend(tiny_ck: Checkpoint) -> None:
     again = list(eng.complete(follow, params))[-1]
     assert isinstance(again, Done) and again.error is None and again.usage.cached_tokens == 6
     assert eng.telemetry().backend.startswith("gpu-hybrid")
+
+
+def test_ram_residency_warms_what_the_cpu_reads(tiny_ck: Checkpoint, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The GPU backend owns a RAM residency manager for the CPU's experts: a saved hot set is in
+    VRAM, so it is left out of the warm-up plan, which follows the saved routing counts."""
+    import numpy as np
+
+    cfg = tiny_ck.config
+    counts = np.zeros((cfg.num_hidden_layers, cfg.num_local_experts), dtype=np.int64)
+    counts[0, 3], counts[1, 5], counts[0, 1], counts[1, 2] = 90, 80, 70, 60
+    counts[0, 6] = 5  # ranked below the four above: the first non-static expert of the warm-up
+    hot = tmp_path / "hot.npy"
+    np.save(hot, counts)
+    be = GpuBackend.create(tiny_ck, settings_for(tiny_ck, 8), interpret=True, hot_set_file=hot)
+    try:
+        res = be.ram_residency
+        assert res is not None
+        static = {s.key for s in be.pool.slots if s.static and s.key is not None}
+        assert static == {(0, 3), (1, 5), (0, 1), (1, 2)}
+        planned = res.plan.keys
+        assert not static & set(planned)
+        assert planned[0] == (0, 6)
+        assert len(planned) == cfg.num_hidden_layers * cfg.num_local_experts - len(static)
+    finally:
+        be.close()
+    assert res._closed  # the backend closes what it started
