@@ -34,23 +34,25 @@ def run(out: Path, cfg: TrainConfig, device: str, corpus_root: Path | None = Non
           f"{sum(len(e[0]) for e in enc_train):,} train tokens", flush=True)
     model = train(enc_train, enc_held, cfg, out, sp.endoftext, device)
     wall = time.perf_counter() - t0
+    # the exported weights are those of step ``exported_step`` (the best held-out loss, see train.py)
     meta = {"pyver": sys.version.split()[0], "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "tokens": model.tokens_seen, "corpus_hash": corpus_hash}
-    cfg = replace(cfg, steps=model.steps_done)
+            "tokens": model.exported_tokens, "corpus_hash": corpus_hash, "exported_step": model.exported_step,
+            "steps_trained": model.steps_done, "held_out_loss": model.best_held_out_loss}
+    train_cfg = cfg
+    cfg = replace(cfg, steps=model.exported_step)  # what the model card states
     model_dir = export(model.float().cpu(), tok, cfg, out / "model", meta)
     # routing statistics on held-out prompts: trained vs a random-weight model of the same shape
-    from engine.synth import SynthShape, write_synthetic_checkpoint
+    from engine.synth import write_synthetic_checkpoint
 
     prompts = [e[0][:256] for e in enc_held[:24]]
     trained = stats(route_trace(model_dir, prompts), cfg.experts, cfg.layers)
-    rshape = SynthShape(cfg.hidden_size, cfg.layers, cfg.experts, cfg.top_k, cfg.heads, cfg.kv_heads, cfg.head_dim,
-                        cfg.intermediate, cfg.vocab_size, sliding_window=cfg.sliding_window)
-    random_dir = write_synthetic_checkpoint(out / "random-same-shape", rshape, seed=cfg.seed)
+    random_dir = write_synthetic_checkpoint(out / "random-same-shape", cfg.shape(), seed=cfg.seed)
     rand = stats(route_trace(random_dir, prompts), cfg.experts, cfg.layers)
     answers = sample_answers(model_dir, held_s[:n_samples])
-    report = {"train_config": asdict(cfg), "samples": answers, "wall_s_total": round(time.perf_counter() - t0, 1),
-              "wall_s_train": round(wall, 1), "routing_trained": asdict(trained), "routing_random": asdict(rand),
-              **meta}
+    report = {"train_config": asdict(replace(train_cfg, steps=model.steps_done)), "samples": answers,
+              "wall_s_total": round(time.perf_counter() - t0, 1), "wall_s_train": round(wall, 1),
+              "stop_reason": model.stop_reason, "tokens_seen": model.tokens_seen,
+              "routing_trained": asdict(trained), "routing_random": asdict(rand), **meta}
     (out / "report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
     return report

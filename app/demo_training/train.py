@@ -3,6 +3,13 @@
 The real architecture is kept — attention sinks, alternating sliding/full attention, YaRN, top-k
 MoE with the clamped SwiGLU — only smaller. Loss is taken on the assistant's reply only. Every
 ``log_every`` steps a JSON line (step, loss, tokens seen, wall seconds) goes to ``train_log.jsonl``.
+
+Early stopping: every ``eval_every`` steps the held-out loss (token-weighted cross-entropy over the
+whole held-out split, without the router aux term) is measured; a copy of the weights with the
+lowest held-out loss so far is kept, and those weights — not the last step's — are what
+:func:`train` returns for export. With ``patience_evals`` > 0 training stops once that many
+evaluations in a row have not improved on the best. The last log line says which step was
+exported and why.
 """
 
 from __future__ import annotations
@@ -45,6 +52,11 @@ class TrainConfig:
     log_every: int = 25
     aux_loss_coef: float = 0.01
     time_budget_s: float = 0.0  # >0: fit the step count to this wall-clock budget after 20 timed steps
+    eval_every: int = 50  # steps between held-out evaluations (0: only after the last step)
+    eval_batches: int = 0  # 0: the whole held-out split in order; N: N seeded random batches
+    patience_evals: int = 4  # >0: stop after this many evaluations without a new best held-out loss
+    min_delta: float = 0.0  # an evaluation is a new best only if it is lower than the best by more than this
+    keep_best: bool = True  # export the best held-out weights (False: the last step's, the old recipe)
 
     def shape(self):  # -> engine.synth.SynthShape: the one definition export and training share
         from engine.synth import SynthShape
@@ -103,8 +115,39 @@ def batches(encoded: list[tuple[list[int], int]], cfg: TrainConfig, pad: int, rn
         yield ids, labels, mask
 
 
+@dataclass
+class EarlyStopping:
+    """Best-held-out bookkeeping: which evaluation was best, and whether patience ran out."""
+
+    patience_evals: int = 0
+    min_delta: float = 0.0
+    best_loss: float = math.inf
+    best_step: int = 0
+    since_best: int = 0  # evaluations since the best one
+
+    def update(self, step: int, loss: float) -> bool:
+        """Record an evaluation; True if it is a new best (the caller then snapshots the weights)."""
+        if loss < self.best_loss - self.min_delta:
+            self.best_loss, self.best_step, self.since_best = loss, step, 0
+            return True
+        self.since_best += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.patience_evals > 0 and self.since_best >= self.patience_evals
+
+
+def snapshot(model) -> dict[str, torch.Tensor]:
+    """A detached copy of every parameter and buffer, on the model's device."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
 def train(encoded: list[tuple[list[int], int]], held: list[tuple[list[int], int]], cfg: TrainConfig,
           out_dir: Path, pad_id: int, device: str = "cuda") -> Any:
+    """Train and return the model holding the weights to export, with ``steps_done``,
+    ``tokens_seen``, ``exported_step``, ``exported_tokens``, ``best_held_out_loss`` and
+    ``stop_reason`` set on it."""
     from transformers import GptOssForCausalLM
 
     torch.manual_seed(cfg.seed)
@@ -124,6 +167,10 @@ def train(encoded: list[tuple[list[int], int]], held: list[tuple[list[int], int]
     seen = 0
     it = batches(encoded, cfg, pad_id, rng)
     step = 0
+    stopper = EarlyStopping(cfg.patience_evals, cfg.min_delta)
+    best: dict[str, torch.Tensor] | None = None
+    best_tokens = 0
+    stopped_early = False
     while step < total[0]:
         step += 1
         if step == 21 and cfg.time_budget_s > 0:
@@ -139,32 +186,94 @@ def train(encoded: list[tuple[list[int], int]], held: list[tuple[list[int], int]
         sched.step()
         opt.zero_grad(set_to_none=True)
         seen += int(mask.sum())
-        if step % cfg.log_every == 0 or step == total[0]:
-            rec = {"step": step, "loss": round(float(out.loss.detach()), 4),
-                   "aux": round(float(out.aux_loss.detach()) if out.aux_loss is not None else 0.0, 4),
-                   "tokens": seen, "wall_s": round(time.perf_counter() - t0, 1), "lr": sched.get_last_lr()[0]}
-            if step % (cfg.log_every * 8) == 0 or step == total[0]:
-                rec["held_out_loss"] = round(evaluate(model, held, cfg, pad_id, device), 4)
+        last = step == total[0]
+        do_eval = bool(held) and ((cfg.eval_every > 0 and step % cfg.eval_every == 0) or last)
+        if step % cfg.log_every == 0 or last or do_eval:
+            rec: dict[str, Any] = {
+                "step": step, "loss": round(float(out.loss.detach()), 4),
+                "aux": round(float(out.aux_loss.detach()) if out.aux_loss is not None else 0.0, 4),
+                "tokens": seen, "wall_s": round(time.perf_counter() - t0, 1), "lr": sched.get_last_lr()[0]}
+            if do_eval:
+                loss = evaluate(model, held, cfg, pad_id, device, cfg.eval_batches)
+                rec["held_out_loss"] = round(loss, 4)
+                if stopper.update(step, loss):
+                    rec["best"] = True
+                    if cfg.keep_best:
+                        best, best_tokens = snapshot(model), seen
+                rec["best_step"] = stopper.best_step
             log.write(json.dumps(rec) + "\n")
             log.flush()
             print(json.dumps(rec), flush=True)
+            if do_eval and stopper.should_stop and not last:
+                stopped_early = True
+                break
+    if stopped_early:
+        reason = (f"early stop at step {step}: held-out loss did not improve for {stopper.since_best} "
+                  f"evaluations (every {cfg.eval_every} steps) after its best at step {stopper.best_step}")
+    else:
+        reason = f"step limit {step} reached"
+    if best is not None and stopper.best_step != step:
+        model.load_state_dict(best)
+        exported, exported_tokens = stopper.best_step, best_tokens
+        reason += f"; exporting the best held-out weights (step {exported})"
+    else:
+        exported, exported_tokens = step, seen
+        reason += f"; exporting the last step's weights (step {step}" + (
+            ", the best held-out loss)" if best is not None else ")")
+    final = {"event": "export", "steps_trained": step, "exported_step": exported, "exported_tokens": exported_tokens,
+             "best_step": stopper.best_step or None,
+             "best_held_out_loss": round(stopper.best_loss, 4) if stopper.best_step else None,
+             "reason": reason, "wall_s": round(time.perf_counter() - t0, 1)}
+    log.write(json.dumps(final) + "\n")
     log.close()
+    print(json.dumps(final), flush=True)
     model.eval()
     model.steps_done = step
     model.tokens_seen = seen
+    model.exported_step = exported
+    model.exported_tokens = exported_tokens
+    model.best_held_out_loss = final["best_held_out_loss"]
+    model.stop_reason = reason
     return model
+
+
+def held_out_batches(held: list[tuple[list[int], int]], cfg: TrainConfig, pad: int):
+    """Every held-out sample once, in order, ``cfg.batch`` at a time (the last batch may be smaller)."""
+    for at in range(0, len(held), cfg.batch):
+        chunk = held[at : at + cfg.batch]
+        ids = torch.full((len(chunk), cfg.seq_len), pad, dtype=torch.long)
+        labels = torch.full((len(chunk), cfg.seq_len), -100, dtype=torch.long)
+        mask = torch.zeros((len(chunk), cfg.seq_len), dtype=torch.long)
+        for b, (seq, start) in enumerate(chunk):
+            seq = seq[: cfg.seq_len]
+            n = len(seq)
+            ids[b, :n] = torch.tensor(seq)
+            mask[b, :n] = 1
+            labels[b, start:n] = torch.tensor(seq[start:n])
+        yield ids, labels, mask
 
 
 @torch.no_grad()
 def evaluate(model, held: list[tuple[list[int], int]], cfg: TrainConfig, pad_id: int, device: str,
-             n_batches: int = 4) -> float:
+             n_batches: int = 0) -> float:
+    """Held-out loss: cross-entropy per reply token (the router aux term left out), over the whole
+    held-out split in order (``n_batches`` 0) or over ``n_batches`` seeded random batches."""
     was = model.training
     model.eval()
-    it = batches(held, cfg, pad_id, random.Random(1234))
-    losses = []
-    for _ in range(n_batches):
-        ids, labels, mask = (t.to(device) for t in next(it))
+    if n_batches > 0:
+        rand = batches(held, cfg, pad_id, random.Random(1234))
+        source = (next(rand) for _ in range(n_batches))
+    else:
+        source = held_out_batches(held, cfg, pad_id)
+    total, count = 0.0, 0
+    for batch in source:
+        ids, labels, mask = (t.to(device) for t in batch)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
-            losses.append(float(model(input_ids=ids, attention_mask=mask, labels=labels).loss))
+            logits = model(input_ids=ids, attention_mask=mask, output_router_logits=False).logits
+        target = labels[:, 1:]
+        total += float(torch.nn.functional.cross_entropy(
+            logits[:, :-1].float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+            reduction="sum"))
+        count += int((target != -100).sum())
     model.train(was)
-    return sum(losses) / len(losses)
+    return total / max(count, 1)
