@@ -32,18 +32,22 @@ class SlotReplay:
 
 
 def replay(calibration: list[list[list[int]]], trace: list[list[list[int]]], layers: int, experts: int,
-           slot_fraction: float = 0.25, settings: AdmissionSettings | None = None) -> SlotReplay:
+           slot_fraction: float = 0.25, settings: AdmissionSettings | None = None,
+           static_slots: int = -1, calibration_weight: float = 1.0) -> SlotReplay:
     """Traces: [sequence][token] -> flat (layer * experts + expert) ids, layer-major per token.
-    The static half of the pool is the hot set ranked from ``calibration``; each sequence of
-    ``trace`` then runs as a conversation of its own (scores carried over, like one engine)."""
+    The static part of the pool (``static_slots``; -1: half the pool, the engine's default) is the
+    hot set ranked from ``calibration``, whose routing also enters the admission scores with
+    ``calibration_weight`` per use (the engine weighs a prompt's routing by min(1, prefill_weight /
+    prompt tokens)); each sequence of ``trace`` then runs as a conversation of its own (scores
+    carried over, like one engine)."""
     s = settings or AdmissionSettings()
     n_slots = max(2, round(slot_fraction * layers * experts))
     policy = AdmissionPolicy(layers, experts, s)
     for seq in calibration:
         for ids in seq:
             for gid in ids:
-                policy.observe(gid // experts, [gid % experts])
-    hot = rank_hot_set(policy.counts, n_slots // 2)
+                policy.observe(gid // experts, [gid % experts], calibration_weight)
+    hot = rank_hot_set(policy.counts, n_slots // 2 if static_slots < 0 else min(static_slots, n_slots))
     pool = SlotPool(n_slots, len(hot), np.full((layers, experts), -1, dtype=np.int32))
     for slot, key in enumerate(hot):
         pool.begin_copy(slot, key)

@@ -24,3 +24,11 @@ def test_uniform_trace_hits_about_the_pool_share():
               for _ in range(400)]]
     r = replay(trace, trace, layers, experts, slot_fraction=0.25)
     assert 0.15 < r.hit_rate < 0.45
+
+
+def test_static_slots_zero_makes_the_whole_pool_adaptive():
+    layers, experts = 2, 16
+    calib = [[[1, experts + 2]] * 8]
+    r = replay(calib, [[[1, experts + 2]] * 50], layers, experts, slot_fraction=0.25, static_slots=0)
+    # nothing resident at first: misses until the first refresh admits both, then hits
+    assert r.static_hit_rate == 0.0 and r.admissions == 2 and 0.8 < r.adaptive_hit_rate < 1.0
