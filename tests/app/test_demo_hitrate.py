@@ -149,7 +149,7 @@ def test_cpu_bench_runs_summarize_with_routing_and_replay(tmp_path: Path, twin: 
 @pytest.mark.slow
 def test_device_script_cpu_mode(tmp_path: Path):
     """The whole device script with --cpu (minutes on a small machine)."""
-    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"), "PYTHON": sys.executable}
     r = subprocess.run(["bash", "app/demo_training/device_hitrate.sh", "--cpu", "--slots", "16", "--static", "0",
                         "--depth", "24", "--tokens", "4", "--repeats", "1", "--no-held-out"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
@@ -157,3 +157,11 @@ def test_device_script_cpu_mode(tmp_path: Path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert {b["model"] for b in summary["bench"]} == {"demo", "random"}
     assert (tmp_path / "out" / "summary.md").read_text().startswith("| model |")
+    # few files in OUT (the device tool brings back at most 8), the rest packed
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["results.tar.gz", "run.log", "summary.json",
+                                                                    "summary.md"]
+    import tarfile
+
+    with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"bench/demo--slots16--static0.json", "bench/random--slots16--static0.log", "machine.txt"} <= names
