@@ -48,7 +48,8 @@ def scaled_pool_gib(layers: int, budget_gib: float, context: int, settings_kw: d
     plan = plan_vram(full, s.context, s.kv_ring, budget_gib, 0.0, s.static_slots, s.scratch_slots,
                      prompt_workspace=workspace_bytes(full, s.context, s.prompt_block))
     slots = plan.n_slots * layers // FULL_LAYERS
-    pool = (slots + plan.n_scratch) * plan.slot_bytes / GIB
+    # half a slot of margin: the setting is printed with 6 decimals, and plan_vram floors
+    pool = (slots + plan.n_scratch + 0.5) * plan.slot_bytes / GIB
     return pool, (f"36-layer plan at {budget_gib:g} GiB: {plan.describe()}; scaled to {layers} layers: "
                   f"{slots} slots + {plan.n_scratch} scratch = pool_gib {pool:.4f}")
 
