@@ -45,10 +45,34 @@ class MemoryInfo:
 
     @classmethod
     def now(cls) -> MemoryInfo:
-        import psutil
-
+        try:
+            import psutil
+        except ImportError:  # e.g. a bare benchmark machine; Linux gives the same figures directly
+            info = cls.from_proc_meminfo()
+            if info is None:
+                raise
+            return info
         vm = psutil.virtual_memory()
         return cls(int(vm.total), int(vm.available))
+
+    @classmethod
+    def from_proc_meminfo(cls, text: str | None = None) -> MemoryInfo | None:
+        """MemTotal and MemAvailable from /proc/meminfo (what psutil reports on Linux); None if absent."""
+        if text is None:
+            try:
+                with open("/proc/meminfo") as f:
+                    text = f.read()
+            except OSError:
+                return None
+        kib: dict[str, int] = {}
+        for line in text.splitlines():
+            name, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                kib[name.strip()] = int(parts[0])
+        if "MemTotal" not in kib or "MemAvailable" not in kib:
+            return None
+        return cls(kib["MemTotal"] * 1024, kib["MemAvailable"] * 1024)
 
 
 def current_memlock_limit() -> int | None:

@@ -119,3 +119,26 @@ def test_settings_defaults_and_round_trip():
     s2 = EngineSettings.from_dict({**s.to_dict(), "ram_budget_gib": 40.0, "mlock_gib": 4.0, "warmup": False})
     assert (s2.ram_budget_gib, s2.warmup, s2.mlock_gib) == (40.0, False, 4.0)
     EngineSettings(mlock_gib=4.0)  # with an auto budget any lock size is accepted here; the budget caps it
+
+
+MEMINFO = """MemTotal:       131072000 kB
+MemFree:         1000000 kB
+MemAvailable:   120000000 kB
+Buffers:           12 kB
+"""
+
+
+def test_meminfo_parse_matches_psutil_fields():
+    m = MemoryInfo.from_proc_meminfo(MEMINFO)
+    assert m == MemoryInfo(131072000 * 1024, 120000000 * 1024)
+    assert MemoryInfo.from_proc_meminfo("MemTotal: 5 kB\n") is None  # no MemAvailable: unknown
+
+
+def test_memory_info_without_psutil_reads_proc_meminfo(monkeypatch):
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("/proc/meminfo is Linux")
+    monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil -> ImportError (a bare device machine)
+    m = MemoryInfo.now()
+    assert 0 < m.available <= m.total
