@@ -85,3 +85,18 @@ def release_unused_vram(device: Any = None, synchronize: bool = True, torch_mod:
         cuda.empty_cache()
     seconds = time.perf_counter() - t0
     return VramRelease(before, vram_report(dev, torch_mod), seconds)
+
+
+def reset_peak(device: Any = None, torch_mod: Any = None) -> None:
+    """Start a new peak window for :func:`peak_reserved` (no-op without CUDA)."""
+    cuda = _cuda(torch_mod)
+    if cuda is not None:
+        cuda.reset_peak_memory_stats(cuda.current_device() if device is None else device)
+
+
+def peak_reserved(device: Any = None, torch_mod: Any = None) -> int:
+    """Most bytes the caching allocator reserved since the last :func:`reset_peak` (0 without CUDA)."""
+    cuda = _cuda(torch_mod)
+    if cuda is None:
+        return 0
+    return int(cuda.max_memory_reserved(cuda.current_device() if device is None else device))
