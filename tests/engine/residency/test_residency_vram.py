@@ -82,3 +82,29 @@ def test_release_without_sync():
     fake = FakeAllocator(allocated=GIB, reserved=2 * GIB)
     release_unused_vram(synchronize=False, torch_mod=SimpleNamespace(cuda=fake))
     assert fake.log == ["empty_cache on 0"]
+
+
+def test_peak_reserved_window():
+    from engine.residency.vram import peak_reserved, reset_peak
+
+    class Peaks(FakeAllocator):
+        peak = 0
+
+        def reset_peak_memory_stats(self, dev) -> None:
+            self.log.append(f"reset {dev}")
+            self.peak = self.reserved
+
+        def max_memory_reserved(self, dev) -> int:
+            return max(self.peak, self.reserved)
+
+    fake = Peaks(allocated=GIB, reserved=2 * GIB)
+    mod = SimpleNamespace(cuda=fake)
+    reset_peak(torch_mod=mod)
+    fake.reserved = 5 * GIB  # a prompt's workspace
+    fake.peak = 5 * GIB
+    release_unused_vram(torch_mod=mod)
+    assert peak_reserved(torch_mod=mod) == 5 * GIB and fake.reserved == GIB
+    assert fake.log[0] == "reset 0"
+    if not torch.cuda.is_available():
+        reset_peak()  # no CUDA: no-ops
+        assert peak_reserved() == 0
