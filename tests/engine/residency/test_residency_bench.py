@@ -27,7 +27,7 @@ def test_one_cold_scenario_with_trim(tiny, capsys):
                                "--followups", "1", "--trim", "--context", "1024"])
     assert rc == 0
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert r["scenario"] == "cold-warm-now" and r["source"] == "checkpoint"
+    assert r["scenario"] == "cold-warm-now+trim" and r["source"] == "checkpoint"
     assert r["resident_after_drop"] >= 0 and r["store_bytes"] > 0
     assert r["plan_bytes"] <= r["store_bytes"] // 2 + 1  # budget fraction 0.5
     assert [t["turn"] for t in r["turns"]] == [0, 1]
@@ -36,4 +36,4 @@ def test_one_cold_scenario_with_trim(tiny, capsys):
     assert t1["cached_tokens"] > 0  # the follow-up reuses the first turn's K/V
     assert t0["vram_boundary"]["reserved_before"] >= t0["vram_boundary"]["reserved_after"]
     md = bench_residency._fmt_md([r])
-    assert md.count("\n") == 4 and "| cold-warm-now | 1 |" in md
+    assert md.count("\n") == 4 and "| cold-warm-now+trim | 1 |" in md
