@@ -404,11 +404,9 @@ def _suite(s: Suite) -> int:
             s.save()
             print(render_md(s.report))
             return 1
+        compiled, token_path = canary_verdict(run)
         paths = [t.get("prefill_path") for t in run.get("turns", [])]
-        compiled = run.get("status") == "ok"
-        fell_back = bool(paths) and paths[0] == "token-by-token"
-        stuck_in_prompt = run.get("rc") != 0 and "load_s" in run and not paths  # died or hung in the first turn
-        if fell_back or stuck_in_prompt:
+        if token_path:
             env["NEURAL_GPU_PREFILL"] = "0"
             sargs.prompt_tokens = min(a.prompt_tokens, FALLBACK_PROMPT_TOKENS)
             s.say(f"the layer-major prompt path failed in the canary ({run.get('status')}, paths {paths}): "
@@ -455,6 +453,16 @@ def _suite(s: Suite) -> int:
     print(md)
     ok = all(r.get("status") == "ok" for r in s.report["scenarios"])
     return 0 if ok else 1
+
+
+def canary_verdict(run: dict[str, Any]) -> tuple[bool, bool]:
+    """(the Triton cache is filled, the scenarios should use token-by-token prompts) from the
+    canary's result: token-by-token when its first prompt fell back, or when it loaded and then
+    died or hung before finishing its first turn."""
+    paths = [t.get("prefill_path") for t in run.get("turns", [])]
+    fell_back = bool(paths) and paths[0] == "token-by-token"
+    stuck_in_prompt = run.get("rc") != 0 and "load_s" in run and not paths
+    return run.get("status") == "ok", fell_back or stuck_in_prompt
 
 
 def _status(rc: int | None) -> str:

@@ -203,3 +203,17 @@ def test_sigterm_kills_the_running_scenario_and_keeps_the_report(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail("the scenario process outlived the suite")
+
+
+def test_canary_verdicts():
+    ok = {"status": "ok", "rc": 0, "load_s": 9.0, "turns": [{"prefill_path": "layer-major"}]}
+    assert bs.canary_verdict(ok) == (True, False)
+    fell_back = {**ok, "turns": [{"prefill_path": "token-by-token"}, {"prefill_path": "layer-major"}]}
+    assert bs.canary_verdict(fell_back) == (True, True)
+    hung = {"status": "timeout", "rc": None, "load_s": 9.0, "turns": []}  # loaded, never finished a turn
+    assert bs.canary_verdict(hung) == (False, True)
+    crashed = {"status": "exit 1", "rc": 1, "load_s": 9.0}
+    assert bs.canary_verdict(crashed) == (False, True)
+    slow_jit = {"status": "timeout", "rc": None}  # still compiling at load: no reason to avoid the path
+    assert bs.canary_verdict(slow_jit) == (False, False)
+    assert bs.canary_verdict({}) == (False, False)  # never ran (its prepare failed)
