@@ -26,13 +26,14 @@ drops the expert byte ranges of the checkpoint and any store, ``--drop all`` who
 measured residency right after the drop is recorded so a drop that did not work is visible.
 
 Faults per token are process-wide counts over the answer divided by its tokens, minus the
-warm-up thread's own faults. If the engine already owns a ResidencyManager (attribute
-``ram_residency`` on the backend), the bench uses it instead of its own.
+warm-up thread's own faults.
 
-On the GPU backend the bench turns off the prompt runner's own ``empty_cache`` so that the
-boundary release it measures is the only one; the experts in static VRAM slots (the hot set,
-loaded from ``NEURAL_CACHE_DIR`` when an earlier process saved one) are left out of the RAM
-plan, and the backend's routing counts rank the plan.
+The scenario's RAM budget and warm-up switch go into the EngineSettings the engine is loaded
+with, so the engine's own residency manager (the GPU backend's since it owns one: static VRAM
+experts left out of the plan, the saved routing counts as its ranking; the CPU engine's) is
+what is measured; warm-up starts during load. On the GPU backend the bench turns off the
+prompt runner's own ``empty_cache`` so that the boundary release it measures is the only one.
+The hot set is loaded from ``NEURAL_CACHE_DIR`` when an earlier process saved one.
 """
 
 from __future__ import annotations
@@ -312,8 +313,8 @@ def pool_gib_for(cfg: Any, args: argparse.Namespace) -> float:
     from engine.gpu.layout import ExpertLayout
 
     sb = ExpertLayout.for_config(cfg).slot_bytes
-    if args.pool_slots > 0:
-        return (args.pool_slots + args.scratch_slots) * sb / GIB
+    if args.pool_slots > 0:  # half a slot of margin: plan_vram floors pool_gib * GiB / slot_bytes
+        return (args.pool_slots + args.scratch_slots + 0.5) * sb / GIB
     if args.pool_gib != "auto36":
         return float(args.pool_gib)
     from engine.gpu.budget import plan_vram
@@ -328,17 +329,48 @@ def pool_gib_for(cfg: Any, args: argparse.Namespace) -> float:
         ws = 0
     p36 = plan_vram(full, args.context, 256, args.vram_budget_gib, 0.0, -1, args.scratch_slots, prompt_workspace=ws)
     slots = max(cfg.num_experts_per_tok, round(p36.n_slots * cfg.num_hidden_layers / 36))
-    return (slots + args.scratch_slots) * sb / GIB
+    return (slots + args.scratch_slots + 0.5) * sb / GIB
 
 
-def _load_engine(model: Path, args: argparse.Namespace) -> Any:
+def _uses_store(model: Path, args: argparse.Namespace) -> Path | None:
+    """The store the backend will read experts from, or None for the checkpoint (the GPU backend's
+    misses and prompt staging read the checkpoint)."""
+    from engine.store.reader import find_store
+
+    store = find_store(model)
+    if args.source == "store" or (args.source == "auto" and args.backend not in ("gpu", "gpu-interpret", "auto")):
+        return store
+    return None
+
+
+def _source_bytes(model: Path, args: argparse.Namespace) -> int:
+    """Expert bytes of the files the backend will read (the RAM budget is a fraction of them)."""
+    from engine.checkpoint import Checkpoint
+    from engine.residency import checkpoint_regions, store_regions
+    from engine.store.reader import ExpertStore
+
+    store = _uses_store(model, args)
+    if store is not None:
+        with ExpertStore.open(store) as st:
+            return sum(r.length for r in store_regions(st))
+    ck = Checkpoint.open(model)
+    try:
+        return sum(r.length for r in checkpoint_regions(ck)[1])
+    finally:
+        ck.close()
+
+
+def _load_engine(model: Path, args: argparse.Namespace, ram_budget_gib: float, warmup: bool) -> Any:
+    """The engine as the scenario needs it: its RAM budget and warm-up go to the engine's own
+    residency manager (no lock: mlock would hide what the OS does)."""
     from engine.checkpoint import Checkpoint
     from engine.session import Engine
     from engine.settings import EngineSettings
 
     gpu = args.backend in ("gpu", "gpu-interpret")
     kw: dict[str, Any] = {"backend": "gpu" if gpu else args.backend, "vram_budget_gib": args.vram_budget_gib,
-                          "context": args.context, "warmup": False, "scratch_slots": args.scratch_slots}
+                          "context": args.context, "scratch_slots": args.scratch_slots,
+                          "ram_budget_gib": ram_budget_gib, "warmup": warmup, "mlock_gib": 0.0}
     if gpu:
         ck = Checkpoint.open(model)
         kw["pool_gib"] = pool_gib_for(ck.config, args)
@@ -382,9 +414,12 @@ def one(args: argparse.Namespace) -> int:
     if sc.startswith("cold"):
         result["drop"] = _drop(model, args.drop)
         result["resident_after_drop"] = result["drop"]["resident_after"]
+    source_bytes = _source_bytes(model, args)
+    budget_gib = source_bytes / GIB * (args.budget_frac if sc != "warm" else 1.0)
+    result["budget_gib"] = budget_gib
     save()
     t0 = time.perf_counter()
-    engine = _load_engine(model, args)
+    engine = _load_engine(model, args, ram_budget_gib=max(1e-6, budget_gib), warmup=sc != "cold-nowarm")
     result["load_s"] = time.perf_counter() - t0
     result["backend"] = engine.backend.name
     result["backend_note"] = engine.info.backend_note
@@ -414,27 +449,27 @@ def one(args: argparse.Namespace) -> int:
     ranking = _routing_ranking(be, engine.info.fingerprint)
     result["static_vram_experts"] = len(static)
     result["ranked_experts"] = len(ranking.order()) if ranking is not None else 0
-    budget_gib = max(1e-6, args.budget_frac * store_bytes / GIB) if sc != "warm" else store_bytes / GIB
-    res_settings = EngineSettings(ram_budget_gib=budget_gib, warmup=sc != "cold-nowarm", mlock_gib=0.0)
-    # The engine starts its own manager with default settings; the scenario needs its budget, so the
-    # bench's manager replaces it (the session reads engine.ram_residency on every request).
-    res: Any = getattr(be, "ram_residency", None)
+    # The engine's own manager (the GPU backend's, or the CPU engine's) was built at load from the
+    # scenario's settings (budget, warm-up on/off) and has started warming. Only a backend without
+    # one (the pure reference) gets the bench's, built the same way.
+    res: Any = engine.ram_residency
     owned = res is None
     if owned:
-        old = getattr(engine, "ram_residency", None)
-        if old is not None:
-            old.close()
-        res = ResidencyManager(maps, regions, res_settings, ranking=ranking, exclude=static, sample_interval_s=0)
+        res = ResidencyManager(maps, regions, EngineSettings(ram_budget_gib=budget_gib, warmup=sc != "cold-nowarm",
+                                                             mlock_gib=0.0),
+                               ranking=ranking, exclude=static, sample_interval_s=0)
         engine.ram_residency = res
+        if sc != "cold-nowarm":
+            res.start()
     result["engine_owned_residency"] = not owned
     result["ram_budget"] = res.budget.describe()
     result["plan_bytes"] = res.plan.planned_bytes
     t0 = time.perf_counter()
-    if owned and sc != "cold-nowarm":
-        res.start()
     if sc in ("cold-warm", "warm") and res.warmer is not None:
         res.warmer.join()
-        result["warm_s"] = time.perf_counter() - t0
+        result["warm_s"] = time.perf_counter() - t0  # the wait after load; warm-up began during it
+    if res.warmer is not None:
+        result["warmup"] = res.warmer.progress()
     result["resident_before_first_prompt"] = probe.refresh()
     save()
 
@@ -495,9 +530,7 @@ def one(args: argparse.Namespace) -> int:
         print(json.dumps(row, default=_json_default), file=sys.stderr, flush=True)
         conv_msgs += [Message(role="assistant", content=text or "ok"),
                       Message(role="user", content=_prompt_text(engine, args.followup_tokens, args.seed + turn + 1))]
-    if owned:
-        res.close()
-    result["close_s"] = _close(engine, args.close_timeout_s)
+    result["close_s"] = _close(engine, args.close_timeout_s)  # closes engine.ram_residency too
     result["total_s"] = time.perf_counter() - t_start
     save()
     print(json.dumps(result, default=_json_default))

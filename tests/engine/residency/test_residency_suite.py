@@ -140,6 +140,8 @@ def test_suite_end_to_end_on_the_cpu_engine(tmp_path):
     cold = rep["scenarios"][1]
     assert cold["drop"]["mode"] == "experts" and cold["source"] == "checkpoint" and "warm_s" in cold
     assert "resident_after_trim" in cold["turns"][0] and "drop" not in rep["scenarios"][0]
+    assert cold["engine_owned_residency"] and cold["warmup"]["state"] == "done"  # the CPU engine's manager
+    assert cold["plan_bytes"] <= cold["store_bytes"] // 2 + 1
     assert stdout.rstrip().endswith("Raw data: residency.json.")  # the table is printed last
     assert "| cold-warm+trim | 1 |" in stdout
     files = sorted(p.name for p in out.iterdir())
@@ -170,6 +172,8 @@ def test_suite_gpu_paths_under_the_interpreter(tmp_path):
     warm, cold = rep["scenarios"]
     assert not warm["hot_set_loaded"] and cold["hot_set_loaded"]  # saved by the warm process
     assert cold["static_vram_experts"] == 3 and cold["ranked_experts"] > 0
+    assert warm["engine_owned_residency"] and cold["engine_owned_residency"]  # the GPU backend's manager
+    assert cold["plan_bytes"] <= cold["store_bytes"] // 2 + 1
     assert "NEURAL_GPU_PREFILL" not in rep["scenario_env"]
     assert not (tmp_path / "shm").exists()
 
