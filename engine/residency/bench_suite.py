@@ -523,7 +523,9 @@ def render_md(rep: dict[str, Any]) -> str:
                      f"hot set from the first scenario: {rep.get('hot_set_files', 'n/a')}")
     scen = rep.get("scenarios", [])
     if scen:
-        first: dict[str, Any] = next((r for r in scen if r.get("ram_budget")), {})
+        with_budget = [r for r in scen if r.get("ram_budget")]  # a cold scenario's (warm holds everything)
+        first: dict[str, Any] = next((r for r in with_budget if str(r.get("scenario", "")).startswith("cold")),
+                                     with_budget[0] if with_budget else {})
         if first:
             lines.append(f"- {first.get('ram_budget')}; source {first.get('source')}; "
                          f"VRAM plan: {first.get('vram_plan', 'n/a')}")
