@@ -117,7 +117,7 @@ class Suite:
         a = self.a
         cmd = [sys.executable, "-m", "app.cli.main", "bench", kind, str(self.root), "--routing", routing,
                "--backend", a.backend, "--budget-gib", str(a.budget), "--threads", str(a.threads),
-               "--context", str(a.context), "--repeats", str(a.repeats), "--warmup", "1", "--json", *extra]
+               "--context", str(a.context), "--repeats", str(a.repeats), "--warmup", str(a.warmup), "--json", *extra]
         if self.pool_gib:
             cmd += ["--set", f"pool_gib={self.pool_gib:.6f}"]
         log(" ".join(cmd))
@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--depths", default="0,8192")
     p.add_argument("--prompts", default="3000,13000")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs before the timed ones (default 1)")
     p.add_argument("--routings", default="skewed,uniform")
     p.add_argument("--stages", default="env,synth,decode,prompt")
     p.add_argument("--stage-timeout", type=float, default=420.0, help="seconds allowed per stage")

@@ -249,3 +249,36 @@ def test_ram_residency_warms_what_the_cpu_reads(tiny_ck: Checkpoint, tmp_path) -
     finally:
         be.close()
     assert res._closed  # the backend closes what it started
+
+
+def test_engine_state_on_disk_resumes_bit_identically(tiny_ck: Checkpoint, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 5 on the GPU backend: a follow-up processes only its new tokens (through the
+    layer-major prompt path), and a state saved to disk and restored in a fresh engine continues
+    with the same logits, bit for bit (frozen residency), as the uninterrupted engine."""
+    from engine.session import Engine
+
+    prompt, follow = TOKENS[:7], TOKENS[7:]
+    be = make(tiny_ck)
+    eng = Engine(tiny_ck, be.settings, be, "")
+    calls: list[int] = []
+    orig = be.prefill.run
+
+    def counted(ids, start, *a, **kw):  # type: ignore[no-untyped-def]
+        calls.append(len(ids))
+        return orig(ids, start, *a, **kw)
+
+    be.prefill.run = counted  # type: ignore[method-assign]
+    eng.prefill(prompt)
+    eng.save_state(tmp_path / "gpu.kv")
+    logits, reused = eng.prefill(prompt + follow)
+    assert reused == len(prompt) and calls == [len(prompt), len(follow)]  # only the new tokens
+
+    fresh_be = make(tiny_ck)
+    fresh = Engine(tiny_ck, fresh_be.settings, fresh_be, "")
+    assert fresh.restore_state(tmp_path / "gpu.kv") and fresh.cached_ids == prompt
+    again, reused_again = fresh.prefill(prompt + follow)
+    assert reused_again == len(prompt)
+    assert torch.equal(again, logits)
+    assert torch.equal(fresh.backend.forward([7]), be.forward([7]))
+    eng.close()
+    fresh.close()
