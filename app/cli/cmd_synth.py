@@ -4,9 +4,11 @@ variant of one that shares its expert bytes (``--like``)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from .common import fail
 
@@ -19,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from engine.synth import MODES, PRESETS
 
     p.add_argument("--preset", default=None, choices=sorted(PRESETS), help="shape (default tiny)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", default=None, help="the folder to write (required unless --routing-stats)")
     p.add_argument("--seed", type=int, default=None, help="default 0")
     for k in ("layers", "experts", "hidden", "intermediate", "vocab", "top-k", "window"):
         p.add_argument(f"--{k}", type=int, default=None)
@@ -35,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--like", metavar="DIR", default=None,
                    help="write a routing variant of the synthetic checkpoint DIR: the same weights (expert "
                         "shards hard-linked, else copied) with --routing/--skew; takes no shape flags")
+    p.add_argument("--routing-stats", metavar="DIR", default=None,
+                   help="measure instead of writing: the expert choices of the reference engine (CPU; small shapes) "
+                        "on ids whose topic switches halfway and on segments of the shipped coding conversation")
+    p.add_argument("--segments", type=int, default=8, help="--routing-stats: conversation segments (0: none)")
+    p.add_argument("--segment-tokens", type=int, default=1024, help="--routing-stats: tokens per segment")
 
 
 def _progress() -> Callable[[int, int], None]:
@@ -81,9 +88,74 @@ def _variant(args: argparse.Namespace) -> int:
     return 0
 
 
+def _conversation_ids(model_dir: str) -> tuple[list[int], str]:
+    from dataclasses import replace
+
+    from app.api.chat_request import parse_chat_request
+    from app.bench.context_tokens import FIXED_DATE, REQUESTS_FILE
+    from engine.harmony.render import render_conversation
+    from engine.tokenizer import load_tokenizer
+
+    tok, sp = load_tokenizer(model_dir)
+    with REQUESTS_FILE.open(encoding="utf-8") as f:
+        body = json.loads(f.readline())
+    conv = parse_chat_request(body, context_limit=1 << 30).conversation
+    return render_conversation(replace(conv, current_date=FIXED_DATE), tok, sp), f"{REQUESTS_FILE.name} request 0"
+
+
+def _routing_stats(args: argparse.Namespace) -> int:
+    """Figures of docs/perf-harness.md "Synthetic routing"."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from engine.safetensors_io import CheckpointError
+    from engine.synth import SynthShape, read_synthetic_meta, source_routing, token_topics
+    from engine.synth import routing_stats as rs
+
+    d = args.routing_stats
+    try:
+        meta = read_synthetic_meta(Path(d))
+        shape = SynthShape(**meta["shape"])
+        tok = Tokenizer.from_file(str(Path(d) / "tokenizer.json"))
+        n = min(shape.vocab_size, tok.get_vocab_size())
+        topics = token_topics(list(tok.decode_batch([[i] for i in range(n)], skip_special_tokens=True)),
+                              shape.vocab_size)
+        spec = source_routing(meta)
+        print(f"routing stats of {d}: {spec.describe(shape)}; {shape.num_hidden_layers} layers, "
+              f"{shape.num_local_experts} experts, top-{shape.num_experts_per_tok} (reference engine, float32)")
+        ids = rs.topic_switch_ids(topics, 512, ordinary=n - 21)
+        tr = rs.trace_routing(d, ids)
+        print("topic switch (512 ids: topic 3, then topic 6):")
+        print(f"  top-25% share of uses in 64-token windows       {rs.concentration(tr, 64):.3f}")
+        halves = rs.hot_overlap(tr, slice(0, 256), slice(256, None))
+        print(f"  top-25% experts shared by the two halves        {halves:.3f}")
+        if args.segments > 0:
+            conv, source = _conversation_ids(d)
+            seg = args.segment_tokens
+            starts = np.linspace(0, max(0, len(conv) - seg), args.segments).astype(int)
+            trs = [rs.trace_routing(d, conv[s : s + seg]) for s in starts]
+            e = shape.num_local_experts
+            hot = [[rs.top_experts(c, e) for c in t.choices] for t in trs]
+            cross = [rs.coverage(trs[b].choices, hot[a]) for a in range(len(trs)) for b in range(len(trs)) if a != b]
+            print(f"coding conversation ({source}, {len(conv)} tokens; {len(trs)} segments of {seg} tokens):")
+            print(f"  top-25% share of uses within a segment          "
+                  f"{np.mean([rs.coverage(t.choices, h) for t, h in zip(trs, hot, strict=True)]):.3f}")
+            if cross:
+                print(f"  uses covered by another segment's top 25%       {np.mean(cross):.3f} (min {min(cross):.3f})")
+            print(f"  experts shared with the previous token          "
+                  f"{np.mean([rs.shared_with_previous(t) for t in trs]):.3f}")
+    except (OSError, ValueError, CheckpointError) as exc:
+        return fail(str(exc))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.synth import RoutingSpec, shape_with, write_synthetic_checkpoint
 
+    if args.routing_stats is not None:
+        return _routing_stats(args)
+    if args.out is None:
+        return fail("--out DIR is required")
     if args.like is not None:
         return _variant(args)
     try:

@@ -92,15 +92,15 @@ _SEPARATORS = set("()[]{},.:;")
 def _char_topic(c: str) -> int:
     if c.isspace():
         return 0
-    if "a" <= c <= "m":
+    if "a" <= c <= "z":
         return 1
-    if "n" <= c <= "z":
-        return 2
     if "A" <= c <= "Z":
-        return 3
+        return 2
     if c.isdigit():
-        return 4
+        return 3
     if c in _SEPARATORS:
+        return 4
+    if c == "_":
         return 5
     if c.isascii():
         return 6
@@ -114,8 +114,8 @@ def token_topics(texts: list[str], vocab_size: int, topics: int = TOPICS) -> np.
     characters, whitespace runs and a few short words (the 13k coding conversation uses 224
     distinct ids, nearly all below 420). Hashing those ids would give every stretch of text
     nearly the same topic mix (letter frequencies hardly change), so single characters and
-    whitespace runs get a topic by character class instead (whitespace; a-m; n-z; capitals;
-    digits; brackets and separators; other ASCII; non-ASCII), and code, prose and
+    whitespace runs get a topic by character class instead (whitespace; lowercase; capitals;
+    digits; brackets and separators; underscore; other ASCII; non-ASCII), and code, prose and
     constant-heavy passages lean on different experts. Every other token (multi-character
     pieces, the filler tokens, specials, ids without text) gets a topic by a hash of its id.
     """

@@ -115,3 +115,27 @@ def topic_alignment(trace: RoutingTrace, tables: DriftTables, ids: list[int]) ->
         raise ValueError("trace the routing with keep_inputs=True")
     d = tables.directions[tables.topic[np.asarray(ids)]]
     return [float(np.mean(np.sum(x * d, axis=1)) / math.sqrt(tables.hidden)) for x in trace.inputs]
+
+
+def coverage(choices: np.ndarray, hot: list[set[int]]) -> float:
+    """Share of the uses in ``choices`` [layers, tokens, k] that fall in each layer's ``hot`` set:
+    the hit rate a cache holding exactly those experts would see."""
+    return float(np.mean([np.isin(c, sorted(h)).mean() for c, h in zip(choices, hot, strict=True)]))
+
+
+def shared_with_previous(trace: RoutingTrace) -> float:
+    """Mean share of a token's experts that the previous token also used (per layer)."""
+    c = trace.choices
+    same = (c[:, 1:, :, None] == c[:, :-1, None, :]).any(-1)
+    return float(same.mean())
+
+
+def topic_switch_ids(topics: np.ndarray, n: int, a: int = 3, b: int = 6, seed: int = 1,
+                     ordinary: int | None = None) -> list[int]:
+    """``n`` ids: the first half drawn from topic ``a``, the second from topic ``b`` (ids below
+    ``ordinary`` only, i.e. no specials)."""
+    pool = topics[: ordinary or len(topics)]
+    rng = np.random.default_rng(seed)
+    half = n // 2
+    return (rng.choice(np.flatnonzero(pool == a), half).tolist()
+            + rng.choice(np.flatnonzero(pool == b), n - half).tolist())
