@@ -40,9 +40,9 @@ TOPICS = 8
 EMBED_TOPIC = 1.0  # topic component norm / norm of the embedding's random part
 BOOST_PER_SKEW = 2.5  # router logit boost of the token's hot set per unit of skew (base logits have std ~2)
 STATIC_SHARE = 0.5  # drift's static popularity bias: STATIC_SHARE * skew * log(1 + rank)
-# Residual-stream growth the router scale compensates for (see residual_growth): per layer the
-# attention adds ~ATTN_VAR per element and the MoE ~MOE_SHARE x one expert's output variance
-# (MEASURED fits with the reference engine, docs/perf-harness.md "Synthetic routing").
+# Residual-stream growth the router scale compensates for (see moe_growth): each attention adds
+# ~ATTN_VAR to |x|^2 / hidden and each MoE ~MOE_SHARE x one expert's output variance (fits to
+# the reference engine's residual stream, docs/perf-harness.md "Synthetic routing").
 ATTN_VAR = 0.3
 MOE_SHARE = 0.45
 E2M1_RMS = 2.93  # rms of the 16 E2M1 values (random codes)
@@ -60,11 +60,11 @@ def _weight_gain(fan_in: int) -> float:
     return E2M1_RMS * math.sqrt(sum(4.0 ** (s - 127) for s in (s0 - 1, s0, s0 + 1)) / 3 * fan_in)
 
 
-def residual_growth(hidden: int, intermediate: int, limit: float = 7.0, alpha: float = 1.702) -> float:
-    """Expected |x|^2 / hidden added to the residual stream per sub-block (attention or MoE):
-    the MoE part from one expert's output variance, integrated over N(0, gain^2) gate and up
-    pre-activations through the clamped SwiGLU. At 120b shape the rounded scales make experts
-    ~1.6x too loud and this is ~2.8; at hidden 256 ~0.3."""
+def moe_growth(hidden: int, intermediate: int, limit: float = 7.0, alpha: float = 1.702) -> float:
+    """Expected |x|^2 / hidden a MoE block adds to the residual stream: MOE_SHARE x one expert's
+    output variance, integrated over N(0, gain^2) gate and up pre-activations through the
+    clamped SwiGLU. At 120b shape the rounded scales make synthetic experts ~1.6x too loud and
+    this is ~5.3; at hidden 256 ~0.3."""
     g1, g2 = _weight_gain(hidden), _weight_gain(intermediate)
     x = np.linspace(-12.0, 12.0, 24001) * g1
     p = np.exp(-0.5 * (x / g1) ** 2)
@@ -73,7 +73,7 @@ def residual_growth(hidden: int, intermediate: int, limit: float = 7.0, alpha: f
     act = g / (1.0 + np.exp(-alpha * g))
     up = np.clip(x, -limit, limit) + 1.0
     expert_var = g2 * g2 * float((p * act * act).sum()) * float((p * up * up).sum())
-    return 0.5 * (ATTN_VAR + MOE_SHARE * expert_var)
+    return MOE_SHARE * expert_var
 
 
 def _seeded(seed: int, name: str) -> np.random.Generator:
@@ -183,7 +183,8 @@ class RoutingSpec:
                 "hot_experts_per_topic": self.hot_per_topic(shape.num_local_experts, shape.num_experts_per_tok),
                 "router_boost_logits": self.boost(),
                 "embed_topic": EMBED_TOPIC,
-                "residual_growth": round(residual_growth(shape.hidden_size, shape.intermediate_size), 4),
+                "residual_growth": {"attention": ATTN_VAR,
+                                    "moe": round(moe_growth(shape.hidden_size, shape.intermediate_size), 4)},
                 "router_bias": f"-{self.static_skew():g} * log(1 + rank), a per-layer random ranking",
             })
         return p
@@ -210,7 +211,7 @@ class DriftTables:
         self.experts = shape.num_local_experts
         self.topic = topics_of_tokens
         self.hot = spec.hot_per_topic(shape.num_local_experts, shape.num_experts_per_tok)
-        self.growth = residual_growth(shape.hidden_size, shape.intermediate_size)
+        self.moe_growth = moe_growth(shape.hidden_size, shape.intermediate_size)
 
     @cached_property
     def directions(self) -> np.ndarray:
@@ -239,10 +240,12 @@ class DriftTables:
         return out
 
     def router_scale(self, layer: int) -> float:
-        """beta_l: the router input of layer l has seen the embedding plus 2l + 1 sub-blocks, so
-        its topic component is ~ a / sqrt(1 + a^2 + growth (2l + 1)) of the RMS-normed input."""
+        """beta_l: the router input of layer l has seen the embedding, l + 1 attentions and l MoE
+        blocks, so its topic component is ~ a / sqrt(1 + a^2 + (l+1) ATTN_VAR + l moe) of the
+        RMS-normed input."""
         a = EMBED_TOPIC
-        return self.spec.boost() * math.sqrt(1 + a * a + self.growth * (2 * layer + 1)) / (a * math.sqrt(self.hidden))
+        grown = 1 + a * a + (layer + 1) * ATTN_VAR + layer * self.moe_growth
+        return self.spec.boost() * math.sqrt(grown) / (a * math.sqrt(self.hidden))
 
     def router_delta(self, layer: int) -> np.ndarray:
         """[experts, hidden] float32 added to the router weight."""

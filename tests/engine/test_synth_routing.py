@@ -9,7 +9,7 @@ import pytest
 
 from engine.checkpoint import Checkpoint
 from engine.synth import PRESETS, RoutingSpec, token_topics, write_synthetic_checkpoint
-from engine.synth.routing import DriftTables, residual_growth
+from engine.synth.routing import DriftTables, moe_growth
 from engine.synth.routing_stats import (
     concentration,
     drift_tables,
@@ -65,7 +65,7 @@ def test_drift_tables_partition_experts_at_120b_shape():
     assert np.allclose(d @ d.T, np.eye(8), atol=1e-5)
     # the router scale grows with depth as the residual stream does
     assert tables.router_scale(35) > 5 * tables.router_scale(0)
-    assert 2.0 < residual_growth(2880, 2880) < 4.0 and 0.2 < residual_growth(256, 256) < 0.5
+    assert 4.0 < moe_growth(2880, 2880) < 7.0 and 0.2 < moe_growth(256, 256) < 0.5
 
 
 @pytest.fixture(scope="module")
