@@ -54,3 +54,13 @@ def test_like_refuses_shape_flags_and_needs_a_routing(tmp_path, capsys):
     assert rc != 0 and "drop --layers" in err
     rc, _, err = synth(capsys, "--like", str(src), "--out", str(tmp_path / "x"))
     assert rc != 0 and "--like needs --routing" in err
+
+
+def test_routing_stats_measure_a_checkpoint(tmp_path, capsys):
+    d = tmp_path / "d"
+    assert synth(capsys, "--out", str(d), "--routing", "drift")[0] == 0
+    rc, out, _ = synth(capsys, "--routing-stats", str(d), "--segments", "2", "--segment-tokens", "64")
+    assert rc == 0, out
+    assert "routing stats of" in out and "drift (skew 1.5" in out
+    assert "top-25% share of uses in 64-token windows" in out
+    assert "coding conversation" in out and "experts shared with the previous token" in out
