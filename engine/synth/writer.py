@@ -234,12 +234,12 @@ def read_synthetic_meta(model_dir: Path) -> dict[str, Any]:
     path = model_dir / "SYNTHETIC.json"
     try:
         meta = json.loads(path.read_text())
+        if not isinstance(meta, dict):
+            raise TypeError("not a JSON object")
         SynthShape(**meta["shape"])
         int(meta["seed"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path}: not a synthetic checkpoint written by neural synth ({exc})") from exc
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{path}: not a synthetic checkpoint written by neural synth")
     return meta
 
 
@@ -268,7 +268,8 @@ def write_routing_variant(source: str | Path, out_dir: str | Path, routing: Rout
     out.mkdir(parents=True, exist_ok=True)
     _clear(out)
     for name in SMALL_FILES:
-        shutil.copyfile(src / name, out / name)
+        if (src / name).is_file():
+            shutil.copyfile(src / name, out / name)
     tok_texts = []
     if routing.mode == "drift":
         from tokenizers import Tokenizer

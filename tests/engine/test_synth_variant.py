@@ -52,11 +52,12 @@ def test_variant_shares_expert_bytes(tmp_path, source):
     assert meta["variant_of"]["routing"] == "uniform" and meta["variant_of"]["fingerprint"] == src.fingerprint()
 
 
-def test_variant_equals_a_fresh_checkpoint_with_that_routing(tmp_path, source):
+@pytest.mark.parametrize(("mode", "skew"), [("static", 2.0), ("drift", 1.0)])
+def test_variant_equals_a_fresh_checkpoint_with_that_routing(tmp_path, source, mode, skew):
     """The variant is byte for byte what writing the routing from scratch gives."""
-    var = write_routing_variant(source, tmp_path / "v", RoutingSpec("static", 2.0)).out
+    var = write_routing_variant(source, tmp_path / "v", RoutingSpec(mode, skew)).out
     fresh = write_synthetic_checkpoint(tmp_path / "f", PRESETS["small"], seed=5, fast=True, max_shard_bytes=SHARD,
-                                       routing="static", skew=2.0)
+                                       routing=mode, skew=skew)
     for fname in sorted(p.name for p in fresh.glob("model*.safetensors")):
         assert (var / fname).read_bytes() == (fresh / fname).read_bytes(), fname
     assert Checkpoint.open(var).fingerprint() == Checkpoint.open(fresh).fingerprint()
