@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .routing import DEFAULT_SKEW, MODES, DriftTables, RoutingSpec, token_topics
 from .shapes import PRESETS, SynthShape, shape_with
-from .tensors import _bf16_bits, _rng, is_routing_tensor
+from .tensors import _bf16_bits, _producer, _rng, is_routing_tensor
 from .writer import (
     VariantReport,
     default_jobs,
@@ -30,6 +30,6 @@ from .writer import (
 
 __all__ = [
     "DEFAULT_SKEW", "MODES", "PRESETS", "DriftTables", "RoutingSpec", "SynthShape", "VariantReport", "_bf16_bits",
-    "_rng", "default_jobs", "is_routing_tensor", "read_synthetic_meta", "shape_with", "source_routing",
+    "_producer", "_rng", "default_jobs", "is_routing_tensor", "read_synthetic_meta", "shape_with", "source_routing",
     "token_topics", "write_routing_variant", "write_synthetic_checkpoint",
 ]

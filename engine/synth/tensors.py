@@ -150,3 +150,12 @@ def producer(name: str, dtype: str, shape: tuple[int, ...], cfg: ModelConfig, se
             return lambda: _normal(seed, name, shape, 2.0 / math.sqrt(h), add=lambda rows: delta()[rows])
         return lambda: _normal(seed, name, shape, 2.0 / math.sqrt(h))
     return lambda: _normal(seed, name, shape, 1.0 / math.sqrt(h))  # q/k/v, lm_head
+
+
+def _producer(name: str, dtype: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int, skew: float,
+              fast: _Fast | None) -> Callable[[], np.ndarray]:
+    """The per-tensor producer of the single-module engine.synth (whole arrays; skew > 0 is
+    static routing, 0 uniform), kept for callers that wrap or call it directly. The writer does
+    not go through it, so replacing it does not change what a checkpoint holds."""
+    make = producer(name, dtype, shape, cfg, seed, RoutingSpec.resolve(None, skew), None, fast)
+    return lambda: np.concatenate([np.ascontiguousarray(c).reshape(-1) for c in make()]).reshape(shape)

@@ -46,3 +46,15 @@ def test_fast_blocks_are_the_tiled_pool():
     assert np.array_equal(got, np.tile(fast.pool, 4)[off : off + n])
     s = np.concatenate(list(fast.scales(5000, 120, 3)))
     assert set(np.unique(s).tolist()) == {119, 120, 121}
+
+
+def test_old_per_tensor_producer_gives_the_written_bytes(tmp_path):
+    from engine.synth import _producer
+
+    d = write_synthetic_checkpoint(tmp_path / "s", PRESETS["tiny"], seed=7, skew=1.5)
+    ck = Checkpoint.open(d)
+    for name in ("model.embed_tokens.weight", "model.layers.1.mlp.router.bias",
+                 "model.layers.2.mlp.experts.down_proj_blocks"):
+        info = ck._files[ck.file_of(name).name].tensors[name]
+        got = _producer(name, info.dtype, info.shape, ck.config, 7, 1.5, None)()
+        assert got.shape == info.shape and np.array_equal(got, ck.array(name)), name
