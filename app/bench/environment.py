@@ -118,6 +118,10 @@ class Routing:
     def describe(self) -> str:
         if self.kind == "natural":
             return "natural (real weights: routing is whatever the model does)"
+        mode = (self.synthetic or {}).get("routing", {})
+        if isinstance(mode, dict) and mode.get("mode") == "drift":
+            return (f"{self.kind}, drifting (synthetic: a hot set per token topic that follows the text, "
+                    f"skew {self.skew:g})")
         return f"{self.kind} (synthetic router-bias skew {self.skew:g})"
 
 

@@ -3,11 +3,12 @@
     python3 -m app.bench.suite --out DIR [--layers 18] [--stages env,synth,decode,prompt]
     python3 -m app.bench.suite --out DIR --dry-run        # tiny model, CPU engine: the plumbing only
 
-Builds the native kernel if needed (from wheels carried in .whl/), writes synthetic 120b-shape
-checkpoints with skewed and with uniform routing to /dev/shm, then runs ``neural bench decode``
-(both routings, depths 0 and 8192) and ``neural bench prompt`` (3k and 13k tokens) at the
-12 GiB budget with 8 CPU threads, each in its own process with a time limit, and prints the
-table last. With fewer than 36 layers the expert pool is the 36-layer plan's slots per layer
+Builds the native kernel if needed (from wheels carried in .whl/), writes a synthetic 120b-shape
+checkpoint with uniform routing to /dev/shm and its routing variants sharing the expert bytes
+(skewed: a static router-bias skew; drift: a hot set per token topic that follows the text),
+then runs ``neural bench decode`` (each routing, depths 0 and 8192) and ``neural bench prompt``
+(3k and 13k tokens) at the 12 GiB budget with 8 CPU threads, each in its own process with a
+time limit, and prints the table last. With fewer than 36 layers the expert pool is the 36-layer plan's slots per layer
 (``pool_gib`` computed here), and figures are scaled to 36 layers as CALCULATED columns.
 Everything lands in DIR: suite.json (every report), suite.log, table.md.
 """
@@ -90,32 +91,35 @@ class Suite:
         return info
 
     def synth(self) -> dict[str, Any]:
+        """One full write (uniform routing), then routing variants sharing its expert shards."""
         a = self.a
-        procs = {}
-        for routing, skew in (("skewed", a.skew), ("uniform", 0.0)):
-            d = self.root / routing
-            if (d / "SYNTHETIC.json").is_file() and not a.rewrite:
-                log(f"{d} exists; reusing it (--rewrite to write it again)")
-                continue
-            cmd = [sys.executable, "-m", "app.cli.main", "synth", "--preset", a.preset, "--layers", str(a.layers),
-                   "--out", str(d), "--skew", str(skew), "--seed", "1"]
-            if not a.dry_run:
-                cmd.append("--fast")
-            log(" ".join(cmd))
-            procs[routing] = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                              text=True)
         info: dict[str, Any] = {}
-        for routing, p in procs.items():
-            out, _ = p.communicate(timeout=a.stage_timeout)
+        base = self.root / "uniform"
+        variants = {"skewed": ["--routing", "static", "--skew", str(a.skew)], "drift": ["--routing", "drift"]}
+        jobs = []
+        if not (base / "SYNTHETIC.json").is_file() or a.rewrite:
+            jobs.append(("uniform", ["--preset", a.preset, "--layers", str(a.layers), "--seed", "1",
+                                     "--jobs", str(a.jobs), *([] if a.dry_run else ["--fast"])]))
+        for name in a.routings.split(","):
+            if name in variants and (not (self.root / name / "SYNTHETIC.json").is_file() or a.rewrite):
+                jobs.append((name, ["--like", str(base), *variants[name]]))
+        for name, args in jobs:
+            cmd = [sys.executable, "-m", "app.cli.main", "synth", *args, "--out", str(self.root / name)]
+            log(" ".join(cmd))
+            p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               timeout=a.stage_timeout, check=False)
             if p.returncode:
-                raise RuntimeError(f"synth {routing} exited {p.returncode}")
-            info[routing] = out.strip()
-            log(out.strip())
+                raise RuntimeError(f"synth {name} exited {p.returncode}")
+            info[name] = p.stdout.strip()
+            log(p.stdout.strip())
         return info
 
     def bench(self, kind: str, routing: str, extra: list[str]) -> dict[str, Any]:
         a = self.a
-        cmd = [sys.executable, "-m", "app.cli.main", "bench", kind, str(self.root), "--routing", routing,
+        # skewed/uniform: the bench picks ROOT/<routing> and checks it; other variants by folder
+        by_name = routing in ("skewed", "uniform")
+        where = [str(self.root), "--routing", routing] if by_name else [str(self.root / routing)]
+        cmd = [sys.executable, "-m", "app.cli.main", "bench", kind, *where,
                "--backend", a.backend, "--budget-gib", str(a.budget), "--threads", str(a.threads),
                "--context", str(a.context), "--repeats", str(a.repeats), "--warmup", str(a.warmup), "--json", *extra]
         if self.pool_gib:
@@ -166,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=18, help="layers of the synthetic checkpoints (default 18)")
     p.add_argument("--preset", default="120b-shape")
     p.add_argument("--ckpt-root", default="/dev/shm/neural-suite", help="holds skewed/ and uniform/")
-    p.add_argument("--skew", type=float, default=1.5)
+    p.add_argument("--skew", type=float, default=1.5, help="router-bias skew of the static variant (skewed/)")
+    p.add_argument("--jobs", type=int, default=8, help="shards the synth writes at once (default 8)")
     p.add_argument("--rewrite", action="store_true", help="write the checkpoints even if present")
     p.add_argument("--backend", default="gpu")
     p.add_argument("--budget", type=float, default=12.0)
@@ -177,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", default="3000,13000")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--warmup", type=int, default=1, help="untimed runs before the timed ones (default 1)")
-    p.add_argument("--routings", default="skewed,uniform")
+    p.add_argument("--routings", default="skewed,drift,uniform",
+                   help="decode runs: skewed (static router-bias skew), drift (hot set follows the text), uniform")
     p.add_argument("--stages", default="env,synth,decode,prompt")
     p.add_argument("--stage-timeout", type=float, default=420.0, help="seconds allowed per stage")
     p.add_argument("--dry-run", action="store_true", help="tiny model on the CPU engine (checks the plumbing)")
