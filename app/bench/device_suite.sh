@@ -10,17 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/neural-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if ! python3 -c "import native._neural_native" 2>/dev/null; then
-  python3 -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)" \
-    >"$OUT/native_build.log" 2>&1 || echo "native build failed (native_build.log)"
-fi
+. engine/bench/device_env.sh  # wheels, PYTHONPATH, native kernel
 { nvidia-smi; lscpu | head -25; free -g; df -h /dev/shm /tmp; } >"$OUT/machine.txt" 2>&1
 if [ "${CHECK_LAYERS:-2}" != 0 ]; then
   timeout "${CHECK_TIMEOUT:-150}" python3 -m engine.bench.prompt_device run --out "$OUT/check" \

@@ -40,7 +40,7 @@ def scaled_pool_gib(layers: int, budget_gib: float, context: int, settings_kw: d
     slots per layer at ``budget_gib`` — so a shorter model is not flattered by a bigger share."""
     from engine.config import ModelConfig
     from engine.gpu.budget import plan_vram
-    from engine.gpu.prefill.runner import workspace_bytes
+    from engine.gpu.prefill.workspace import workspace_bytes
     from engine.settings import EngineSettings
     from engine.synth import shape_with
 

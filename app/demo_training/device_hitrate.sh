@@ -64,17 +64,7 @@ pack() {  # whatever exists when the script ends, also after a failure
 }
 trap pack EXIT
 
-# Python deps carried as wheels and the native CPU expert kernel (as engine/bench/device_run.sh)
-if ! "$PY" -c "import cffi, platformdirs" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if ! "$PY" -c "import native._neural_native" 2>/dev/null; then
-  "$PY" -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)" \
-    >"$WORK/native_build.log" 2>&1 || echo "native build failed (native_build.log); CPU misses fall back to PyTorch"
-fi
+NATIVE_LOG="$WORK/native_build.log" . engine/bench/device_env.sh  # wheels, PYTHONPATH, native kernel
 { command -v nvidia-smi >/dev/null && nvidia-smi; lscpu | head -25; free -g
   "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"
   "$PY" -c "import triton; print('triton', triton.__version__)"; git log -1 --format='commit %H %s'; } >"$WORK/machine.txt" 2>&1

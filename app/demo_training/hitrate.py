@@ -90,7 +90,7 @@ def bench_settings(**overrides: Any) -> EngineSettings:
 def planned_slots(cfg: ModelConfig, s: EngineSettings) -> tuple[int, int]:
     """(slots, static slots) the GPU backend plans for these settings (engine/gpu/budget.py)."""
     from engine.gpu.budget import plan_vram
-    from engine.gpu.prefill.runner import workspace_bytes
+    from engine.gpu.prefill.workspace import workspace_bytes
 
     plan = plan_vram(cfg, s.context, s.kv_ring, s.vram_budget_gib, s.pool_gib, s.static_slots, s.scratch_slots,
                      prompt_workspace=workspace_bytes(cfg, s.context, s.prompt_block))

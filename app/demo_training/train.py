@@ -100,19 +100,23 @@ def encode_sample(s: Sample, tok, sp: SpecialTokens, rng: random.Random) -> tupl
     return prompt + reply, len(prompt)
 
 
+def pack_batch(samples: list[tuple[list[int], int]], seq_len: int, pad: int):
+    """(ids, labels, mask) for samples of (token ids, reply start): loss on the reply only."""
+    ids = torch.full((len(samples), seq_len), pad, dtype=torch.long)
+    labels = torch.full((len(samples), seq_len), -100, dtype=torch.long)
+    mask = torch.zeros((len(samples), seq_len), dtype=torch.long)
+    for b, (seq, start) in enumerate(samples):
+        seq = seq[:seq_len]
+        n = len(seq)
+        ids[b, :n] = torch.tensor(seq)
+        mask[b, :n] = 1
+        labels[b, start:n] = torch.tensor(seq[start:n])
+    return ids, labels, mask
+
+
 def batches(encoded: list[tuple[list[int], int]], cfg: TrainConfig, pad: int, rng: random.Random):
     while True:
-        picks = [encoded[rng.randrange(len(encoded))] for _ in range(cfg.batch)]
-        ids = torch.full((cfg.batch, cfg.seq_len), pad, dtype=torch.long)
-        labels = torch.full((cfg.batch, cfg.seq_len), -100, dtype=torch.long)
-        mask = torch.zeros((cfg.batch, cfg.seq_len), dtype=torch.long)
-        for b, (seq, start) in enumerate(picks):
-            seq = seq[: cfg.seq_len]
-            n = len(seq)
-            ids[b, :n] = torch.tensor(seq)
-            mask[b, :n] = 1
-            labels[b, start:n] = torch.tensor(seq[start:n])
-        yield ids, labels, mask
+        yield pack_batch([encoded[rng.randrange(len(encoded))] for _ in range(cfg.batch)], cfg.seq_len, pad)
 
 
 @dataclass
@@ -240,17 +244,7 @@ def train(encoded: list[tuple[list[int], int]], held: list[tuple[list[int], int]
 def held_out_batches(held: list[tuple[list[int], int]], cfg: TrainConfig, pad: int):
     """Every held-out sample once, in order, ``cfg.batch`` at a time (the last batch may be smaller)."""
     for at in range(0, len(held), cfg.batch):
-        chunk = held[at : at + cfg.batch]
-        ids = torch.full((len(chunk), cfg.seq_len), pad, dtype=torch.long)
-        labels = torch.full((len(chunk), cfg.seq_len), -100, dtype=torch.long)
-        mask = torch.zeros((len(chunk), cfg.seq_len), dtype=torch.long)
-        for b, (seq, start) in enumerate(chunk):
-            seq = seq[: cfg.seq_len]
-            n = len(seq)
-            ids[b, :n] = torch.tensor(seq)
-            mask[b, :n] = 1
-            labels[b, start:n] = torch.tensor(seq[start:n])
-        yield ids, labels, mask
+        yield pack_batch(held[at : at + cfg.batch], cfg.seq_len, pad)
 
 
 @torch.no_grad()

@@ -61,7 +61,7 @@ class GpuBackend:
         cfg = ck.config
         self.ck = ck
         self.settings = settings
-        from .prefill.runner import workspace_bytes
+        from .prefill.workspace import workspace_bytes
 
         self.plan = plan_vram(cfg, settings.context, settings.kv_ring, settings.vram_budget_gib, settings.pool_gib,
                               settings.static_slots, settings.scratch_slots,

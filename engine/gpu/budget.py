@@ -69,7 +69,7 @@ def plan_vram(cfg: ModelConfig, context: int, kv_ring: int, budget_gib: float, p
               static_slots: int, scratch_slots: int, overhead: int = CONTEXT_OVERHEAD,
               prompt_workspace: int = 0) -> VramPlan:
     """``prompt_workspace``: the prompt path's peak working memory at the full context
-    (engine.gpu.prefill.runner.workspace_bytes), reserved so a long prompt stays in budget."""
+    (engine.gpu.prefill.workspace.workspace_bytes), reserved so a long prompt stays in budget."""
     layout = ExpertLayout.for_config(cfg)
     sb = layout.slot_bytes
     budget = int(budget_gib * GIB)

@@ -11,18 +11,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/neural-res-out}
 mkdir -p "$OUT"
 TOTAL=${RES_TOTAL_S:-235}
-export PYTHONUNBUFFERED=1
-PY=${PY:-python3}  # the device image's Python (override for a local dry run)
-if ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || echo "wheel install failed"
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if ! $PY -c "import native._neural_native" 2>/dev/null; then
-  $PY -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)" \
-    >"$OUT/native_build.log" 2>&1 || echo "native build failed (native_build.log); CPU misses fall back to PyTorch"
-fi
+. engine/bench/device_env.sh  # wheels, PYTHONPATH, native kernel
 { nvidia-smi; lscpu | head -20; free -g; df -h / /root /tmp /var/tmp /dev/shm; grep -E ' / | /root | /tmp ' /proc/mounts; \
   uname -r; cat /sys/kernel/mm/transparent_hugepage/enabled; ulimit -l; \
   for f in /sys/block/*/queue/read_ahead_kb; do echo "$f $(cat "$f")"; done; sysctl vm.dirty_ratio vm.dirty_background_ratio; \

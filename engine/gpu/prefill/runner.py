@@ -34,12 +34,12 @@ from .launch import PrefillKernels
 from .staging import StagingRing
 from .stats import GpuTimer, PrefillStats
 from .tiles import PrefillTiles
+from .workspace import MAX_ROWS, workspace_bytes  # noqa: F401  (workspace_bytes: re-exported)
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
 CPU_MAX_TOKENS = 16  # design doc: a non-resident expert with <= 16 tokens goes to the CPU
 RING_DEPTH = 4
-MAX_ROWS = 8192  # rows of one GEMM wave (bounds the activation workspace)
 
 
 @dataclass
@@ -51,16 +51,6 @@ class PrefillResult:
     all_logits: torch.Tensor | None = None  # fp32 [tokens, vocab] when asked for (checks only)
 
 
-def workspace_bytes(cfg: ModelConfig, tokens: int, block: int, max_rows: int = MAX_ROWS) -> int:
-    """Peak GPU memory of a prompt of ``tokens`` beyond the core, K/V and pool (CALCULATED):
-    residual + normalized hidden + contributions for the whole prompt, one block's attention
-    and dense temporaries, one wave's activations."""
-    h, k, i = cfg.hidden_size, cfg.num_experts_per_tok, cfg.intermediate_size
-    b = min(block, tokens)
-    whole = tokens * (2 * h * 2 + k * h * 2 + k * 16)  # x, t (bf16), contrib (bf16), ids/weights/order
-    per_block = b * (3 * cfg.q_width * 2 + 4 * cfg.kv_width * 2 + 3 * h * 4 + (cfg.q_width + 2 * cfg.kv_width) * 2)
-    wave = min(max_rows, tokens * k) * i * 2
-    return whole + per_block + wave
 
 
 class PrefillRunner:

@@ -9,7 +9,7 @@ from app.bench.suite import FULL_LAYERS, scaled_pool_gib
 from app.bench.suite_table import suite_table
 from engine.config import ModelConfig
 from engine.gpu.budget import plan_vram
-from engine.gpu.prefill.runner import workspace_bytes
+from engine.gpu.prefill.workspace import workspace_bytes
 from engine.synth import shape_with
 
 
