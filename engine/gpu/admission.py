@@ -13,12 +13,15 @@ the candidate), and the slot table flips only when the copy has landed. So at mo
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from .pool import Key, SlotPool
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,18 @@ class Residency:
         self.free_buffers = list(range(n_buffers))
         self.inflight: list[tuple[int, int, object]] = []  # (slot, buffer, handle)
         self.stats = AdmissionStats()
+        # the RAM residency manager (engine.residency), told which experts the CPU stops reading
+        # (landed in VRAM) and reads again (evicted), so RAM under pressure gives up the former
+        self.ram: Any = None
+
+    def _tell_ram(self, method: str, keys: list[Key]) -> None:
+        if self.ram is None or not keys:
+            return
+        try:
+            getattr(self.ram, method)(keys)
+        except Exception:  # RAM residency is an optimisation: never a reason to fail a token
+            log.exception("RAM residency %s failed; no longer told about admissions", method)
+            self.ram = None
 
     def captures_for(self, layer: int, misses: list[int]) -> dict[int, int]:
         """expert -> capture buffer, for this layer's misses that are admission candidates."""
@@ -158,8 +173,10 @@ class Residency:
                 self.stats.rejected += 1
                 self.policy.admitted(key)  # not worth a slot now; the next refresh may retry
                 continue
-            if self.pool.begin_copy(slot, key) is not None:
+            evicted = self.pool.begin_copy(slot, key)
+            if evicted is not None:
                 self.stats.evictions += 1
+                self._tell_ram("experts_needed", [evicted])
             self.policy.admitted(key)
             self.inflight.append((slot, buf, self.copier.start(slot, buf)))
             self.stats.admissions += 1
@@ -168,15 +185,18 @@ class Residency:
 
     def poll(self) -> int:
         """Flip the slot table for copies that have landed. Returns how many landed."""
-        landed = 0
+        landed: list[Key] = []
         keep = []
         for slot, buf, handle in self.inflight:
             if self.copier.done(handle):
                 self.pool.finish_copy(slot)
                 self.free_buffers.append(buf)
-                landed += 1
+                key = self.pool.slots[slot].key
+                if key is not None:
+                    landed.append(key)
             else:
                 keep.append((slot, buf, handle))
         self.inflight = keep
-        self.stats.landed += landed
-        return landed
+        self.stats.landed += len(landed)
+        self._tell_ram("experts_released", landed)
+        return len(landed)

@@ -103,6 +103,7 @@ class GpuBackend:
                 progress("Compiling and capturing GPU graphs", 0.95)
             self.core.capture_graphs()
         self.ram_residency = self._start_ram_residency()
+        self.residency.ram = self.ram_residency  # admissions and evictions change what the CPU reads
         log.info("GPU backend: %s; CPU misses: %s", self.plan.describe(), self.misses.name)
 
     def _start_ram_residency(self):  # -> ResidencyManager | None

@@ -149,6 +149,55 @@ def test_eviction_clears_the_table_before_the_copy() -> None:
     assert pool.slot_of((1, 2)) == 0
 
 
+class RamLog:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[tuple[int, int]]]] = []
+
+    def experts_released(self, keys: list[tuple[int, int]]) -> None:
+        self.calls.append(("released", list(keys)))
+
+    def experts_needed(self, keys: list[tuple[int, int]]) -> None:
+        self.calls.append(("needed", list(keys)))
+
+
+def test_ram_residency_hears_of_landings_and_evictions() -> None:
+    """An expert whose copy landed is no longer read by the CPU (released to the RAM policy);
+    one evicted from VRAM is read again (needed); nothing is said while a copy is in flight."""
+    pool, policy, res, cop = make(slots=1, static=0, refresh_every=1, refresh_m=1, capture_buffers=1)
+    ram = RamLog()
+    res.ram = ram
+    cop.delay = None
+    policy.observe(0, [4], 5.0)
+    policy.refresh(pool)
+    res.after_compute(0, res.captures_for(0, [4]))
+    res.poll()
+    assert ram.calls == []  # in flight
+    cop.released.add(0)
+    res.poll()
+    assert ram.calls == [("released", [(0, 4)])]
+    policy.observe(1, [2], 50.0)  # outscores (0, 4)
+    policy.refresh(pool)
+    res.after_compute(1, res.captures_for(1, [2]))
+    assert ram.calls[-1] == ("needed", [(0, 4)])
+    cop.released.add(1)
+    res.poll()
+    assert ram.calls[-1] == ("released", [(1, 2)])
+
+
+def test_a_failing_ram_manager_is_dropped_not_fatal() -> None:
+    pool, policy, res, _cop = make(slots=1, static=0, refresh_every=1, refresh_m=1, capture_buffers=1)
+
+    class Broken:
+        def experts_released(self, keys: object) -> None:
+            raise OSError("madvise refused")
+
+    res.ram = Broken()
+    policy.observe(0, [4], 5.0)
+    policy.refresh(pool)
+    res.after_compute(0, res.captures_for(0, [4]))
+    assert res.poll() == 1 and res.ram is None and pool.slot_of((0, 4)) == 0
+
+
 def test_victim_must_score_below_the_candidate() -> None:
     pool, policy, res, _ = make(slots=1, static=0, refresh_every=1, refresh_m=1)
     pool.begin_copy(0, (0, 4))
