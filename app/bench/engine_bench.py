@@ -102,6 +102,36 @@ class DecodeRun:
     hit_rate: float | None
     phases_ms: dict[str, float] = field(default_factory=dict)
     phases_source: str = ""
+    faults: dict[str, float] = field(default_factory=dict)
+
+
+def read_faults() -> Any:
+    """Process page faults so far (major/minor; Windows reports one total as minor), or None."""
+    try:
+        from engine.residency.os_memory import read_faults as read
+
+        return read()
+    except Exception:  # an optional figure: no OS support means no column
+        return None
+
+
+def residency_figures(engine: Engine, before: Any, tokens: int) -> dict[str, float]:
+    """Page faults per token over a timed run (process-wide; the RAM warm-up is paused while the
+    bench computes) and the expert store's RAM residency and VRAM as the engine reports them."""
+    out: dict[str, float] = {}
+    after = read_faults()
+    if before is not None and after is not None and tokens > 0:
+        d = after - before
+        out["faults_major_per_token"] = d.major / tokens
+        out["faults_minor_per_token"] = d.minor / tokens
+    t = engine.telemetry()
+    if t.store_bytes:
+        out["store_resident_fraction"] = t.store_resident_bytes / t.store_bytes
+        out["ram_budget_gib"] = t.ram_budget_bytes / 2**30
+    if t.vram_reserved_bytes:
+        out["vram_reserved_gib"] = t.vram_reserved_bytes / 2**30
+        out["vram_used_gib"] = t.vram_used_bytes / 2**30
+    return out
 
 
 def computing(engine: Engine) -> contextlib.AbstractContextManager[Any]:
@@ -121,13 +151,14 @@ def _decode_timed(engine: Engine, prompt: list[int], tokens: int) -> DecodeRun:
     tok = greedy(logits)
     ids = [tok]
     window = RunWindow(engine)
+    f0 = read_faults()
     t0 = time.perf_counter()
     for _ in range(tokens):
         tok = greedy(engine.backend.forward([tok]))
         ids.append(tok)
     seconds = time.perf_counter() - t0
     hit, phases, source = window.result()
-    return DecodeRun(seconds, ids, hit, phases, source)
+    return DecodeRun(seconds, ids, hit, phases, source, residency_figures(engine, f0, tokens))
 
 
 def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, warmup: int,
@@ -172,6 +203,7 @@ def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, 
             "vram_hit_rate": summarize(hits) if hits else None,
             "phases_ms": median_of_dicts([r.phases_ms for r in runs]),
             "phases_source": runs[0].phases_source,
+            "residency": median_of_dicts([r.faults for r in runs]),
             "token_ids_sha256": hashes[0],
             "repeats_identical": len(set(hashes)) == 1,
             "token_ids": runs[0].ids,

@@ -90,6 +90,8 @@ def decode_table(rep: dict[str, Any]) -> str:
                      f"{r['token_ids_sha256'][:16]}{'' if r['repeats_identical'] else ' (repeats differ)'}")
         if r["phases_ms"]:
             lines.append("        phases ms: " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases_ms"].items()))
+        if r.get("residency"):
+            lines.append("        residency: " + ", ".join(f"{k} {v:.3g}" for k, v in r["residency"].items()))
     lines += [f"note: {n}" for n in rep["notes"]]
     return "\n".join(lines)
 

@@ -65,6 +65,9 @@ def test_decode_json_shape(tiny_model, capsys):
         assert "telemetry" in r["phases_source"]
         assert len(r["token_ids"]) == 5 and r["token_ids_sha256"] == hash_ids(r["token_ids"])
         assert r["repeats_identical"] is True  # greedy, same context: same tokens every repeat
+        res = r["residency"]  # page faults over the timed run, and the store's RAM residency
+        assert res["faults_major_per_token"] >= 0 and res["faults_minor_per_token"] >= 0
+        assert "store_resident_fraction" not in res  # the pure reference keeps no store in RAM
     assert rep["notes"] == []
 
 
