@@ -47,17 +47,9 @@ def log(msg: str) -> None:
 
 
 # ---- synthetic checkpoints ---------------------------------------------------------------------
-def _fast_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """engine.synth._bf16_bits (fp32 -> bf16, round to nearest even) computed by torch's
-    multi-threaded conversion: the same bits for finite values, many times faster."""
-    t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    return t.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-
-
 def synth_main(args: argparse.Namespace) -> None:
     import engine.synth as synth
 
-    synth._bf16_bits = _fast_bf16_bits  # speed only: identical output
     shape = synth.shape_with(args.preset, num_hidden_layers=args.layers)
     t0 = time.perf_counter()
     synth.write_synthetic_checkpoint(args.ckpt, shape, seed=args.seed, skew=args.skew, fast=True)

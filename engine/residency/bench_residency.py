@@ -87,53 +87,14 @@ def parse_scenario(name: str) -> tuple[str, bool]:
 
 
 # ---- prepare -------------------------------------------------------------------------------
-VOCAB_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
-TILE_ELEMENTS = 1 << 23
-
-
-def _tiled_producer(orig: Any) -> Any:
-    """Wraps engine.synth's tensor producer for a benchmark checkpoint: the two vocabulary-sized
-    bf16 tensors (embedding and lm_head, 1.16 GB each at the 120b shape) are synth's own first
-    rows (the same generator, the same values) repeated down the rows; every other tensor,
-    including the router bias that carries the routing skew, is produced exactly. Speed only:
-    drawing 579 M normals per tensor took most of the write time (rows then repeat every
-    2,912 tokens, which changes nothing the residency bench measures)."""
-
-    def producer(name: str, dtype: str, shape: tuple[int, ...], cfg: Any, seed: int, skew: float,
-                 fast: Any) -> Any:
-        if name not in VOCAB_TENSORS or len(shape) != 2:
-            return orig(name, dtype, shape, cfg, seed, skew, fast)
-        rows = max(1, min(shape[0], TILE_ELEMENTS // shape[1]))
-        head = orig(name, dtype, (rows, shape[1]), cfg, seed, skew, fast)
-
-        def make() -> np.ndarray:
-            return np.resize(head(), shape)
-
-        return make
-
-    return producer
-
-
-def _torch_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """engine.synth._bf16_bits (round to nearest even) through torch's threaded conversion."""
-    import torch
-
-    t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    return t.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-
-
 def prepare(args: argparse.Namespace) -> int:
     import engine.synth as synth
     from engine.checkpoint import Checkpoint
     from engine.store.writer import build_store
 
-    if args.fast_dense:
-        synth._producer = _tiled_producer(synth._producer)
-        synth._bf16_bits = _torch_bf16_bits
     shape = synth.shape_with(args.preset, num_hidden_layers=args.layers)
     out = Path(args.out)
-    summary: dict[str, Any] = {"out": str(out), "preset": args.preset, "layers": args.layers, "skew": args.skew,
-                               "fast_dense": args.fast_dense}
+    summary: dict[str, Any] = {"out": str(out), "preset": args.preset, "layers": args.layers, "skew": args.skew}
     t0 = time.perf_counter()
     synth.write_synthetic_checkpoint(out, shape, seed=args.seed, skew=args.skew, fast=True)
     summary["write_s"] = time.perf_counter() - t0
@@ -695,8 +656,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="none for the GPU backend, which reads the checkpoint's experts")
     p.add_argument("--skew", type=float, default=1.5, help="routing skew of the router bias (0 = uniform)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--exact-dense", dest="fast_dense", action="store_false",
-                   help="draw the embedding and lm_head in full (slow); default repeats their first rows")
     p.add_argument("--no-fsync", dest="fsync", action="store_false")
     p = sub.add_parser("one", help="one scenario in this process (used by run and suite)")
     p.add_argument("--scenario", required=True)

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import linux_only
 
@@ -29,23 +28,6 @@ def test_scenario_names():
         br.parse_scenario("hot")
     for sc in bs.DEFAULT_SCENARIOS.split(","):
         br.parse_scenario(sc)
-
-
-def test_vocab_tensors_repeat_synths_own_first_rows(monkeypatch):
-    import engine.synth as synth
-    from engine.config import ModelConfig
-
-    cfg = ModelConfig.from_dict(PRESETS["tiny"].config_dict())
-    monkeypatch.setattr(br, "TILE_ELEMENTS", 64 * 50)  # 50 rows of the 512 x 64 tiny embedding
-    wrapped = br._tiled_producer(synth._producer)
-    shape = (cfg.vocab_size, cfg.hidden_size)
-    exact = synth._producer("model.embed_tokens.weight", "BF16", shape, cfg, 7, 0.0, None)()
-    tiled = wrapped("model.embed_tokens.weight", "BF16", shape, cfg, 7, 0.0, None)()
-    assert tiled.shape == exact.shape and tiled.dtype == exact.dtype
-    assert np.array_equal(tiled[:50], exact[:50])  # the same generator, the same first rows
-    assert np.array_equal(tiled[50:100], exact[:50])  # then repeated
-    bias = ("model.layers.0.mlp.router.bias", "BF16", (cfg.num_local_experts,), cfg, 7, 1.5, None)
-    assert np.array_equal(wrapped(*bias)(), synth._producer(*bias)())  # the skew is untouched
 
 
 def _cold_possible(path: Path) -> bool:
