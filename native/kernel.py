@@ -175,6 +175,16 @@ class NativeKernel:
         n = nbytes if nbytes is not None else memoryview(buf).nbytes
         return int(self.lib.neural_probe_read(ptr, n))
 
+    def copy_stream(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """dst[:] = src (same byte size, C-contiguous) with non-temporal stores; releases the GIL."""
+        if dst.nbytes != src.nbytes:
+            raise ValueError(f"copy of {src.nbytes} bytes into {dst.nbytes}")
+        if not dst.flags.writeable:
+            raise ValueError("destination is read-only")
+        d, _do = self.pointer(dst, "void *")
+        s, _so = self.pointer(src, "void *")
+        self.lib.neural_copy_stream(d, s, dst.nbytes)
+
     def expf(self, x: float) -> float:
         return float(self.lib.neural_expf(x))
 

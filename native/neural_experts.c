@@ -555,6 +555,14 @@ static void probe_run(void *ctx, int tid) {
     j->sums[tid] = s;
 }
 
+/* A plain copy with non-temporal stores, on the calling thread (no team, no lock): the staging
+   ring packs experts into pinned buffers the CPU never reads back, so skipping the
+   read-for-ownership of the destination saves a third of the memory traffic. */
+void neural_copy_stream(void *dst, const void *src, size_t n) {
+    copy_stream((uint8_t *)dst, (const uint8_t *)src, n);
+    stream_fence();
+}
+
 uint64_t neural_probe_read(const void *buf, size_t bytes) {
     nm_lock(&api_lock);
     ensure_init();

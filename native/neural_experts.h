@@ -136,6 +136,8 @@ int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int
                          const float *weights, float *out);
 /* Read `bytes` of memory with the whole team (DRAM bandwidth probe); returns a checksum. */
 uint64_t neural_probe_read(const void *buf, size_t bytes);
+/* memcpy with non-temporal stores on the calling thread (thread-safe, no team); fenced. */
+void neural_copy_stream(void *dst, const void *src, size_t n);
 /* The canonical fp32 exp used by SwiGLU (exported for the reference tests). */
 float neural_expf(float x);
 

@@ -28,12 +28,24 @@ CHUNK = 2 << 20  # bytes per parallel packing copy
 _STOP = object()
 
 
+def _stream_copier() -> Any:
+    """The native kernel's non-temporal copy (the CPU never reads a packed buffer back, so its
+    stores need not fetch the destination first), else numpy's. Both release the GIL."""
+    try:
+        from native.kernel import load_kernel
+
+        return load_kernel().copy_stream
+    except Exception:  # no native extension here: plain copies, same bytes
+        return np.copyto
+
+
 class StagingError(RuntimeError):
     """The producer thread failed to pack an expert (the message says which and why)."""
 
 
 class StagingRing:
-    def __init__(self, ck: Checkpoint, layout: ExpertLayout, depth: int, pinned: bool, pack_threads: int = 4) -> None:
+    def __init__(self, ck: Checkpoint, layout: ExpertLayout, depth: int, pinned: bool, pack_threads: int = 4,
+                 stream_copy: bool = True) -> None:
         if depth < 1:
             raise ValueError("the staging ring needs at least one buffer")
         self.ck = ck
@@ -46,6 +58,7 @@ class StagingRing:
         self._jobs: queue.Queue[Any] = queue.Queue()
         self._ready: queue.Queue[Any] = queue.Queue()
         self._pool = ThreadPoolExecutor(pack_threads, thread_name_prefix="neural-pack") if pack_threads > 1 else None
+        self._copy = _stream_copier() if stream_copy else np.copyto
         self.pack_seconds = 0.0  # producer time spent packing (host memcpy)
         self.event_wait_seconds = 0.0  # producer time waiting for a buffer's copy to finish
         self.packed = 0
@@ -119,8 +132,9 @@ class StagingRing:
             for s in range(0, src.size, CHUNK):
                 n = min(CHUNK, src.size - s)
                 copies.append((dst[off + s : off + s + n], src[s : s + n]))
+        copy = self._copy
         if self._pool is None or len(copies) == 1:
             for d, src_part in copies:
-                np.copyto(d, src_part)
+                copy(d, src_part)
         else:
-            list(self._pool.map(lambda c: np.copyto(c[0], c[1]), copies))
+            list(self._pool.map(lambda c: copy(c[0], c[1]), copies))
