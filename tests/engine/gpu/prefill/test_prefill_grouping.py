@@ -83,10 +83,11 @@ def test_plan_without_scratch_sends_every_miss_to_the_cpu() -> None:
     assert plan.resident == [0] and plan.cpu == [1, 2] and plan.staged == []
 
 
-def test_staging_ring_packs_in_order_and_recycles_buffers(tiny_model) -> None:
+@pytest.mark.parametrize("stream_copy", [False, True])
+def test_staging_ring_packs_in_order_and_recycles_buffers(tiny_model, stream_copy: bool) -> None:
     ck = Checkpoint.open(tiny_model)
     lay = ExpertLayout.for_config(ck.config)
-    ring = StagingRing(ck, lay, depth=2, pinned=False, pack_threads=3)
+    ring = StagingRing(ck, lay, depth=2, pinned=False, pack_threads=3, stream_copy=stream_copy)
     jobs = [(0, 3), (0, 1), (1, 7), (2, 0), (3, 5)]
     try:
         for layer in range(4):
