@@ -138,7 +138,7 @@ class Bench:
         """The 36-layer model's slots per layer at the budget, after the prompt's workspace."""
         from engine.gpu.budget import plan_vram
         from engine.gpu.layout import ExpertLayout
-        from engine.gpu.prefill.runner import workspace_bytes
+        from engine.gpu.prefill.workspace import workspace_bytes
         from engine.settings import EngineSettings
 
         a, cfg = self.a, ck.config

@@ -169,9 +169,9 @@ def stage_tiles(b: Any) -> dict[str, Any]:
     from engine.gpu.prefill.aot import SWEEP
     from engine.gpu.prefill.grouping import plan_layer
     from engine.gpu.prefill.launch import PrefillKernels
-    from engine.gpu.prefill.runner import MAX_ROWS
     from engine.gpu.prefill.staging import StagingRing
     from engine.gpu.prefill.tiles import PrefillTiles
+    from engine.gpu.prefill.workspace import MAX_ROWS
 
     ck = b.open_ck()
     cfg, dev = ck.config, b.dev

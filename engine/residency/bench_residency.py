@@ -283,7 +283,7 @@ def pool_gib_for(cfg: Any, args: argparse.Namespace) -> float:
     full = replace(cfg, num_hidden_layers=36,
                    layer_types=tuple(cfg.layer_types[i % len(cfg.layer_types)] for i in range(36)))
     try:
-        from engine.gpu.prefill.runner import workspace_bytes
+        from engine.gpu.prefill.workspace import workspace_bytes
 
         ws = workspace_bytes(full, args.context, 4096)
     except ImportError:  # no Triton: plan without the prompt workspace

@@ -34,7 +34,7 @@ from .launch import PrefillKernels
 from .staging import StagingRing
 from .stats import GpuTimer, PrefillStats
 from .tiles import PrefillTiles
-from .workspace import MAX_ROWS, workspace_bytes  # noqa: F401  (workspace_bytes: re-exported)
+from .workspace import MAX_ROWS
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
