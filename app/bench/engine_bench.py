@@ -228,14 +228,25 @@ def prompt_split(engine: Engine) -> dict[str, float]:
     return out
 
 
-def _prompt_once(engine: Engine, prompt: list[int], check_tokens: int) -> tuple[float, list[int],
-                                                                              float | None, dict[str, float], str]:
+@dataclass
+class PromptRun:
+    ttft: float
+    ids: list[int]
+    hit_rate: float | None
+    phases_ms: dict[str, float]
+    phases_source: str
+    split: dict[str, float]  # the GPU prompt path's own split (prompt_split), empty elsewhere
+
+
+SPLIT_SOURCE = "the GPU prompt path's split of the timed prompt (seconds, gpu_* = device time; counts)"
+
+
+def _prompt_once(engine: Engine, prompt: list[int], check_tokens: int) -> PromptRun:
     with computing(engine):
         return _prompt_timed(engine, prompt, check_tokens)
 
 
-def _prompt_timed(engine: Engine, prompt: list[int], check_tokens: int) -> tuple[float, list[int],
-                                                                               float | None, dict[str, float], str]:
+def _prompt_timed(engine: Engine, prompt: list[int], check_tokens: int) -> PromptRun:
     engine.reset()
     window = RunWindow(engine)
     t0 = time.perf_counter()
@@ -244,14 +255,11 @@ def _prompt_timed(engine: Engine, prompt: list[int], check_tokens: int) -> tuple
     ttft = time.perf_counter() - t0
     hit, phases, source = window.result()  # the prompt pass's, before the check tokens
     split = prompt_split(engine)
-    if split:
-        phases = split
-        source = "the GPU prompt path's split of the timed prompt (seconds, gpu_* = device time; counts)"
     ids = [tok]
     for _ in range(check_tokens):
         tok = greedy(engine.backend.forward([tok]))
         ids.append(tok)
-    return ttft, ids, hit, phases, source
+    return PromptRun(ttft, ids, hit, phases, source, split)
 
 
 def run_prompt(engine: Engine, *, lengths: list[int], repeats: int, warmup: int, check_tokens: int = 8,
@@ -273,23 +281,25 @@ def run_prompt(engine: Engine, *, lengths: list[int], repeats: int, warmup: int,
         for _ in range(warmup):
             _prompt_once(engine, prompt, 0)
         runs = [_prompt_once(engine, prompt, check_tokens) for _ in range(repeats)]
-        for i, (ttft, *_rest) in enumerate(runs):
-            log(f"  run {i + 1}: {ttft:.3f} s, {n / ttft:.1f} tok/s")
-        hashes = [hash_ids(ids) for _, ids, *_ in runs]
-        hits = [h for _, _, h, _, _ in runs if h is not None]
+        for i, r in enumerate(runs):
+            log(f"  run {i + 1}: {r.ttft:.3f} s, {n / r.ttft:.1f} tok/s")
+        hashes = [hash_ids(r.ids) for r in runs]
+        hits = [r.hit_rate for r in runs if r.hit_rate is not None]
+        # the GPU prompt path reports its own split (seconds and counts) instead of ms per token
+        split = runs[0].split
         results.append({
             "prompt_tokens": n,
             "prompt_tokens_requested": want,
-            "ttft_s": summarize([t for t, *_ in runs]),
-            "tokens_per_s": summarize([n / t for t, *_ in runs]),
+            "ttft_s": summarize([r.ttft for r in runs]),
+            "tokens_per_s": summarize([n / r.ttft for r in runs]),
             "vram_hit_rate": summarize(hits) if hits else None,
-            # the GPU prompt path's split (seconds and counts, see prompt_split), else ms per token
-            ("prompt_split" if "wall" in runs[0][3] else "phases_ms"): median_of_dicts([p for _, _, _, p, _ in runs]),
-            "phases_source": runs[0][4],
+            **({"prompt_split": median_of_dicts([r.split for r in runs])} if split
+               else {"phases_ms": median_of_dicts([r.phases_ms for r in runs])}),
+            "phases_source": SPLIT_SOURCE if split else runs[0].phases_source,
             "check_tokens": check_tokens,
             "token_ids_sha256": hashes[0],
             "repeats_identical": len(set(hashes)) == 1,
-            "token_ids": runs[0][1],
+            "token_ids": runs[0].ids,
         })
     return {"context_source": source, "results": results, "notes": notes,
             "token_ids_sha256": hash_ids([i for r in results for i in r["token_ids"]])}

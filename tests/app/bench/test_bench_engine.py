@@ -161,3 +161,31 @@ def test_run_window_without_progress_or_counters():
     assert w.result() == (None, {}, "backend counters did not move during the run")
     hit, phases, source = RunWindow(fake_engine(None)).result()  # type: ignore[arg-type]
     assert (hit, phases) == (0.9, {"token": 7.0}) and "telemetry" in source
+
+
+def test_prompt_bench_reports_the_gpu_prompt_paths_split(tmp_path):
+    """On the GPU backend (here under the Triton interpreter) a prompt result carries the prompt
+    path's own split instead of ms per token."""
+    from app.bench.engine_bench import SPLIT_SOURCE, run_prompt
+    from engine.checkpoint import Checkpoint
+    from engine.gpu.backend import GpuBackend
+    from engine.gpu.layout import ExpertLayout
+    from engine.session import Engine
+    from engine.settings import EngineSettings
+    from engine.synth import PRESETS, write_synthetic_checkpoint
+
+    ck = Checkpoint.open(write_synthetic_checkpoint(tmp_path / "m", PRESETS["tiny"], seed=3))
+    sb = ExpertLayout.for_config(ck.config).slot_bytes
+    s = EngineSettings(context=64, kv_ring=8, pool_gib=10 * sb / 2**30, scratch_slots=2, refresh_every=0,
+                       cpu_threads=2)
+    be = GpuBackend.create(ck, s, interpret=True, hot_set_file=None)
+    eng = Engine(ck, s, be, "")
+    try:
+        rep = run_prompt(eng, lengths=[24], repeats=1, warmup=0, check_tokens=1, log=lambda _m: None)
+    finally:
+        eng.close()
+    (r,) = rep["results"]
+    split = r["prompt_split"]
+    assert "phases_ms" not in r and r["phases_source"] == SPLIT_SOURCE
+    assert split["tokens"] == 24 and split["wall"] > 0 and "gpu_gemm" in split
+    assert 0 < split["wall"] <= r["ttft_s"]["median"]
