@@ -56,6 +56,21 @@ def _load_pairs(x_ptr, rows64, mrow, kb, mk, STRIDE: tl.constexpr, BF16_DOT: tl.
 
 
 @triton.jit
+def _tile_rows(tiles_ptr, order_ptr, pool_ptr, slot_bytes, tile, BLOCK_M: tl.constexpr):
+    """A tile's rows: (slot base pointer, row offsets m, row mask, flat indices, first workspace
+    row), from its int32 record (slot, first sorted row, rows, first workspace row)."""
+    slot = tl.load(tiles_ptr + tile * 4)
+    r0 = tl.load(tiles_ptr + tile * 4 + 1)
+    n = tl.load(tiles_ptr + tile * 4 + 2)
+    a0 = tl.load(tiles_ptr + tile * 4 + 3)
+    m = tl.arange(0, BLOCK_M)
+    mm = m < n
+    flat = tl.load(order_ptr + r0 + m, mask=mm, other=0)
+    base = pool_ptr + slot.to(tl.int64) * slot_bytes
+    return base, m, mm, flat, a0
+
+
+@triton.jit
 def moe_gate_up_kernel(pool_ptr, x_ptr, order_ptr, tiles_ptr, act_ptr, slot_bytes, limit, alpha, tile0,
                        H: tl.constexpr, INTER: tl.constexpr, TOPK: tl.constexpr, OFF_GS: tl.constexpr,
                        OFF_GB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -65,17 +80,9 @@ def moe_gate_up_kernel(pool_ptr, x_ptr, order_ptr, tiles_ptr, act_ptr, slot_byte
     KH: tl.constexpr = BLOCK_K // 2
     ROWB: tl.constexpr = H // 2
     NG: tl.constexpr = H // 32
-    tile = tile0 + tl.program_id(0)
     pb = tl.program_id(1)
-    slot = tl.load(tiles_ptr + tile * 4)
-    r0 = tl.load(tiles_ptr + tile * 4 + 1)
-    n = tl.load(tiles_ptr + tile * 4 + 2)
-    a0 = tl.load(tiles_ptr + tile * 4 + 3)
-    m = tl.arange(0, BLOCK_M)
-    mm = m < n
-    flat = tl.load(order_ptr + r0 + m, mask=mm, other=0)
+    base, m, mm, flat, a0 = _tile_rows(tiles_ptr, order_ptr, pool_ptr, slot_bytes, tile0 + tl.program_id(0), BLOCK_M)
     tok = (flat // TOPK).to(tl.int64)
-    base = pool_ptr + slot.to(tl.int64) * slot_bytes
     p = pb * BLOCK_P + tl.arange(0, BLOCK_P)
     mp = p < INTER
     j = tl.arange(0, KH)
@@ -111,16 +118,10 @@ def moe_down_kernel(pool_ptr, act_ptr, order_ptr, w_ptr, tiles_ptr, out_ptr, slo
     KH: tl.constexpr = BLOCK_K // 2
     ROWB: tl.constexpr = INTER // 2
     NG: tl.constexpr = INTER // 32
-    tile = tile0 + tl.program_id(0)
     nb = tl.program_id(1)
-    slot = tl.load(tiles_ptr + tile * 4)
-    r0 = tl.load(tiles_ptr + tile * 4 + 1)
-    n = tl.load(tiles_ptr + tile * 4 + 2)
-    a0 = tl.load(tiles_ptr + tile * 4 + 3)
-    m = tl.arange(0, BLOCK_M)
-    mm = m < n
-    flat = tl.load(order_ptr + r0 + m, mask=mm, other=0).to(tl.int64)
-    base = pool_ptr + slot.to(tl.int64) * slot_bytes
+    base, m, mm, flat32, a0 = _tile_rows(tiles_ptr, order_ptr, pool_ptr, slot_bytes, tile0 + tl.program_id(0),
+                                         BLOCK_M)
+    flat = flat32.to(tl.int64)
     cols = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     mc = cols < H
     arow = (a0 + m).to(tl.int64)
