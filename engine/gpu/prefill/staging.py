@@ -31,8 +31,9 @@ _STOP = object()
 def _stream_copier() -> Any:
     """The native kernel's non-temporal copy (the CPU never reads a packed buffer back, so its
     stores need not fetch the destination first), else numpy's. Both release the GIL.
-    Not the default: MEASURED 1.2-1.5x faster than numpy on the Zen 4 VM but 0.94x at 4-8
-    threads on the H200 host (13.4 vs 12.6 GB/s); ``stream_copy=True`` selects it."""
+    Not the default: MEASURED 1.16-1.55x faster than numpy on the Zen 4 VM (1-2 threads) but
+    0.92-0.94x at 4-8 threads on the H200 host (12.8 / 13.4 vs 11.8 / 12.6 GB/s);
+    ``stream_copy=True`` selects it."""
     try:
         from native.kernel import load_kernel
 
