@@ -87,7 +87,7 @@ def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProg
         try:
             from .store.experts_cpu import native_experts_fn  # type: ignore[import-not-found]
 
-            fn = native_experts_fn(ck, threads=settings.threads())
+            fn = native_experts_fn(ck, threads=settings.threads(), bf16_inputs=dtype == torch.bfloat16)
             return ReferenceBackend(ck, dtype, experts_fn=fn, name="cpu-native"), note
         except Exception as exc:  # the extension may be missing or fail to load: fall back, say why
             msg = f"native CPU expert kernel unavailable ({exc}); using the PyTorch reference"

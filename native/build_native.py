@@ -22,6 +22,7 @@ typedef struct neural_shape {
     int32_t format;
     float swiglu_limit;
     float swiglu_alpha;
+    int32_t bf16_inputs;
     int64_t record_offset[7];
 } neural_shape;
 

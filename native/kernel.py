@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-ISAS = {"auto": 0, "scalar": 1, "avx2": 2, "avx512": 3}
+ISAS = {"auto": 0, "scalar": 1, "avx2": 2, "avx512": 3, "avx512bf16": 4}
 ISA_NAMES = {v: k for k, v in ISAS.items()}
 FORMATS = {"raw": 0, "packed": 1}
 PART_NAMES = ("gu_codes", "gu_scales", "dn_codes", "dn_scales", "gu_bias", "dn_bias")
@@ -53,11 +53,13 @@ class NativeKernel:
     # ---- configuration ----------------------------------------------------------------------
     def features(self) -> set[str]:
         f = int(self.lib.neural_cpu_features())
-        return {name for bit, name in ((1, "avx2"), (2, "avx512"), (4, "avx512vbmi"), (8, "avx512bf16")) if f & bit}
+        bits = ((1, "avx2"), (2, "avx512"), (4, "avx512vbmi"), (8, "avx512bf16"), (16, "amd"))
+        return {name for bit, name in bits if f & bit}
 
     def available_isas(self) -> list[str]:
         f = self.features()
-        return ["scalar"] + [isa for isa in ("avx2", "avx512") if isa in f]
+        isas = ["scalar"] + [isa for isa in ("avx2", "avx512") if isa in f]
+        return isas + (["avx512bf16"] if {"avx512", "avx512bf16"} <= f else [])
 
     def best_isa(self) -> str:
         return ISA_NAMES[int(self.lib.neural_best_isa())]
@@ -91,12 +93,15 @@ class NativeKernel:
 
     # ---- descriptors ------------------------------------------------------------------------
     def shape(self, hidden: int, intermediate: int, fmt: str, limit: float, alpha: float,
-              offsets: Sequence[int]) -> Any:
+              offsets: Sequence[int], bf16_inputs: bool = False) -> Any:
+        """A shape descriptor. ``bf16_inputs``: round x and the SwiGLU activation to bf16 (the
+        model's activation precision, and the fast vdpbf16ps loop); False keeps fp32 inputs."""
         if len(offsets) != 7:
             raise ValueError("record layout needs 7 offsets (six parts + exception area)")
         s = self.ffi.new("neural_shape *")
         s.hidden, s.intermediate, s.format = hidden, intermediate, FORMATS[fmt]
         s.swiglu_limit, s.swiglu_alpha = limit, alpha
+        s.bf16_inputs = 1 if bf16_inputs else 0
         for i, off in enumerate(offsets):
             s.record_offset[i] = int(off)
         return s

@@ -29,6 +29,7 @@ int main(int argc, char **argv) {
     neural_shape s;
     memset(&s, 0, sizeof s);
     s.hidden = HID, s.intermediate = INT, s.format = NEURAL_FORMAT_RAW, s.swiglu_limit = 7.0f, s.swiglu_alpha = 1.702f;
+    s.bf16_inputs = 1; /* the engine's default (bf16) mode */
     const int64_t G = HID / 32, sizes[6] = {2 * INT * G * 16, 2 * INT * G, HID * G * 16, HID * G, 2 * INT * 2, HID * 2};
     int64_t off = 0;
     for (int i = 0; i < 6; i++) s.record_offset[i] = off, off += (sizes[i] + 63) & ~63;

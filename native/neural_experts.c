@@ -13,8 +13,22 @@
 #include "neural_platform.h"
 #include "neural_team.h"
 
-#define CH_GATE_UP 32 /* gate_up rows per chunk (even: a chunk holds whole gate/up pairs) */
-#define CH_DOWN 16    /* down rows per chunk (each chunk covers all k experts) */
+/* Rows per chunk handed to a thread. The one-token call reads each row once, so its chunks are
+   long contiguous streams: 128-512 rows (184-737 KB at the 120b shape) read 1.1-1.3x faster
+   from DRAM than 32-row chunks on Zen 4 and on the Xeon host (MEASURED, sweep of
+   engine/bench/kernel_variants.c). At least 4 chunks per thread keep the dynamic hand-out
+   balanced; a multiple of 4 (whole dot4 groups, whole gate/up pairs). The multi-token call
+   decodes each row once for all tokens and keeps its smaller chunks. */
+#define CH_MIN 32
+#define CH_MAX 512
+#define CH_TOK_GATE_UP 32
+#define CH_TOK_DOWN 16
+
+static long chunk_rows(long total, int threads) {
+    long c = total / (4L * (threads > 0 ? threads : 1));
+    c = c < CH_MIN ? CH_MIN : (c > CH_MAX ? CH_MAX : c);
+    return c & ~3L;
+}
 #define CH_PROBE (1u << 20)
 
 static nmutex api_lock = NMUTEX_INIT;
@@ -28,7 +42,8 @@ static void ensure_init(void) {
     neural_tables_init();
     int isa = neural_best_isa();
 #if NEURAL_X86
-    if (isa == NEURAL_ISA_AVX512) kern = &neural_kernels_avx512;
+    if (isa == NEURAL_ISA_AVX512BF16) kern = &neural_kernels_avx512bf16;
+    else if (isa == NEURAL_ISA_AVX512) kern = &neural_kernels_avx512;
     else if (isa == NEURAL_ISA_AVX2) kern = &neural_kernels_avx2;
 #endif
     (void)isa;
@@ -51,12 +66,16 @@ const char *neural_isa_name(int isa) {
     case NEURAL_ISA_SCALAR: return "scalar";
     case NEURAL_ISA_AVX2: return "avx2";
     case NEURAL_ISA_AVX512: return "avx512";
+    case NEURAL_ISA_AVX512BF16: return "avx512bf16";
     default: return "auto";
     }
 }
 
 int neural_best_isa(void) {
     int f = neural_cpu_features();
+    /* Same results either way; vdpbf16ps is the faster loop on Zen 4 and the slower one on the
+       Xeon (Emerald Rapids) host, MEASURED in docs/perf-kernel.md. */
+    if ((f & NEURAL_CPU_AVX512) && (f & NEURAL_CPU_BF16) && (f & NEURAL_CPU_AMD)) return NEURAL_ISA_AVX512BF16;
     if (f & NEURAL_CPU_AVX512) return NEURAL_ISA_AVX512;
     if (f & NEURAL_CPU_AVX2) return NEURAL_ISA_AVX2;
     return NEURAL_ISA_SCALAR;
@@ -75,6 +94,8 @@ int neural_set_isa(int isa) {
         kern = &neural_kernels_avx2;
     } else if (want == NEURAL_ISA_AVX512 && (f & NEURAL_CPU_AVX512)) {
         kern = &neural_kernels_avx512;
+    } else if (want == NEURAL_ISA_AVX512BF16 && (f & NEURAL_CPU_AVX512) && (f & NEURAL_CPU_BF16)) {
+        kern = &neural_kernels_avx512bf16;
 #endif
     } else {
         rc = NEURAL_EISA;
@@ -156,6 +177,43 @@ static float bf16_at(const uint8_t *p, long i) {
     return f;
 }
 
+/* Kernel inputs (x, and the SwiGLU activation before down) are rounded to bf16, the model's
+   activation precision (the GPU path and the reference do the same): nearest even, NaN stays a
+   quiet NaN, and magnitudes below 2^-118 become signed zero, which keeps every product and pair
+   sum of the dot product normal or zero (see neural_isa.c, vdpbf16ps). */
+static uint16_t to_bf16(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    uint32_t mag = u & 0x7FFFFFFFu;
+    if (mag > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    if (mag < 0x04800000u) return (uint16_t)((u >> 16) & 0x8000u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* An input element as the kernel uses it; its bf16 bits go to *bits (bf16 mode only). */
+static float input_value(int bf16_inputs, float v, uint16_t *bits) {
+    if (!bf16_inputs) return v;
+    *bits = to_bf16(v);
+    return bf16_float(*bits);
+}
+
+/* The vdpbf16ps loop needs bf16 inputs; in fp32 mode the same ISA runs its fp32 loop. */
+static const neural_kernels *kernels_for(const neural_shape *s) {
+#if NEURAL_X86
+    if (!s->bf16_inputs && kern == &neural_kernels_avx512bf16) return &neural_kernels_avx512;
+#endif
+    (void)s;
+    return kern;
+}
+
 static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
 /* ---- record layout ---- */
@@ -195,6 +253,7 @@ static int shape_ok(const neural_shape *s) {
     if (!s || s->hidden <= 0 || s->intermediate <= 0 || s->hidden % 32 || s->intermediate % 32) return 0;
     if (s->hidden > NEURAL_MAX_DIM || s->intermediate > NEURAL_MAX_DIM) return 0;
     if (s->format != NEURAL_FORMAT_RAW && s->format != NEURAL_FORMAT_PACKED) return 0;
+    if (s->bf16_inputs != 0 && s->bf16_inputs != 1) return 0;
     int64_t end = 0;
     for (int p = 0; p < NEURAL_PART_EXC; p++) {
         if (s->record_offset[p] < end) return 0;
@@ -315,7 +374,7 @@ static void capture_rest(const neural_shape *s, const neural_expert *ex) {
 
 /* dst[r - r0] = dot(row r of matrix mat, z) + bias[r] for r in [r0, r1) */
 static void matrix_rows(const neural_shape *s, const neural_expert *ex, const neural_kernels *kf, int mat,
-                        const float *z, long r0, long r1, float *dst, volatile long *err) {
+                        const float *z, const uint16_t *zb, long r0, long r1, float *dst, volatile long *err) {
     int G = mat ? s->intermediate / 32 : s->hidden / 32;
     const uint8_t *codes = ex->part[mat ? NEURAL_PART_DN_CODES : NEURAL_PART_GU_CODES];
     const uint8_t *bias = ex->part[mat ? NEURAL_PART_DN_BIAS : NEURAL_PART_GU_BIAS];
@@ -329,7 +388,7 @@ static void matrix_rows(const neural_shape *s, const neural_expert *ex, const ne
             cp[i] = codes + (size_t)rr * (size_t)G * 16;
             sp[i] = i < n ? row_scales(s, ex, mat, rr, G, sbuf[i], err) : sp[n - 1];
         }
-        kf->dot4(cp, sp, z, G, o);
+        kf->dot4(cp, sp, z, zb, G, o);
         for (int i = 0; i < n; i++) dst[r - r0 + i] = o[i] + bf16_at(bias, r + i);
     }
     if (ex->capture) capture_rows(s, ex, mat, r0, r1);
@@ -341,11 +400,15 @@ typedef struct {
     const neural_expert *const *ex;
     const float *w;
     int k;
-    const float *zx; /* permuted x */
-    float *act;      /* [k][I] permuted activations */
+    const float *zx; /* permuted x (bf16-exact) */
+    float *act;      /* [k][I] permuted activations (bf16-exact) */
+    const uint16_t *zb; /* x as bf16 bits, natural order */
+    uint16_t *actb;     /* [k][I] activations as bf16 bits, natural order */
+    float *y;           /* [k][H] down outputs (bias added), summed in routing order afterwards */
     float *out;
     const neural_kernels *kf;
-    long cpe; /* gate_up chunks per expert */
+    long ch;  /* rows per chunk */
+    long cpe; /* chunks per expert */
     volatile long next;
     long nchunks;
     volatile long err;
@@ -355,37 +418,36 @@ static void moe_gate_up(void *ctx, int tid) {
     moe_job *j = (moe_job *)ctx;
     const neural_shape *s = j->s;
     long rows = 2L * s->intermediate;
-    float h[CH_GATE_UP];
+    float h[CH_MAX];
     (void)tid;
     for (;;) {
         long c = neural_next_chunk(&j->next);
         if (c >= j->nchunks) break;
         int e = (int)(c / j->cpe);
-        long r0 = (c % j->cpe) * CH_GATE_UP, r1 = r0 + CH_GATE_UP < rows ? r0 + CH_GATE_UP : rows;
-        matrix_rows(s, j->ex[e], j->kf, 0, j->zx, r0, r1, h, &j->err);
+        long r0 = (c % j->cpe) * j->ch, r1 = r0 + j->ch < rows ? r0 + j->ch : rows;
+        matrix_rows(s, j->ex[e], j->kf, 0, j->zx, j->zb, r0, r1, h, &j->err);
         float *act = j->act + (size_t)e * (size_t)s->intermediate;
+        uint16_t *actb = j->actb + (size_t)e * (size_t)s->intermediate;
         for (long r = r0; r < r1; r += 2)
-            act[neural_perm_index((int)(r / 2))] = swiglu(h[r - r0], h[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha);
+            act[neural_perm_index((int)(r / 2))] = input_value(
+                s->bf16_inputs, swiglu(h[r - r0], h[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha), &actb[r / 2]);
     }
     stream_fence();
 }
 
+/* y_e rows per (expert, chunk): one long stream per chunk, like gate_up */
 static void moe_down(void *ctx, int tid) {
     moe_job *j = (moe_job *)ctx;
     const neural_shape *s = j->s;
-    float y[NEURAL_MAX_K][CH_DOWN];
     (void)tid;
     for (;;) {
         long c = neural_next_chunk(&j->next);
         if (c >= j->nchunks) break;
-        long r0 = c * CH_DOWN, r1 = r0 + CH_DOWN < s->hidden ? r0 + CH_DOWN : s->hidden;
-        for (int e = 0; e < j->k; e++)
-            matrix_rows(s, j->ex[e], j->kf, 1, j->act + (size_t)e * (size_t)s->intermediate, r0, r1, y[e], &j->err);
-        for (long r = r0; r < r1; r++) {
-            float acc = j->w[0] * y[0][r - r0];
-            for (int e = 1; e < j->k; e++) acc = acc + j->w[e] * y[e][r - r0];
-            j->out[r] = acc;
-        }
+        int e = (int)(c / j->cpe);
+        long r0 = (c % j->cpe) * j->ch, r1 = r0 + j->ch < s->hidden ? r0 + j->ch : s->hidden;
+        matrix_rows(s, j->ex[e], j->kf, 1, j->act + (size_t)e * (size_t)s->intermediate,
+                    j->actb + (size_t)e * (size_t)s->intermediate, r0, r1, j->y + (size_t)e * (size_t)s->hidden + r0,
+                    &j->err);
     }
     stream_fence();
 }
@@ -398,23 +460,36 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
     nm_lock(&api_lock);
     ensure_init();
     int H = s->hidden, I = s->intermediate;
-    float *buf = workspace((size_t)H + (size_t)k * (size_t)I);
+    size_t nf = (size_t)H + (size_t)k * (size_t)I; /* floats, then as many bf16 words (+ alignment) */
+    size_t yo = ((nf + 15) & ~(size_t)15) + ((nf / 2 + 16 + 15) & ~(size_t)15);
+    float *buf = workspace(yo + (size_t)k * (size_t)H);
     if (!buf) {
         nm_unlock(&api_lock);
         return NEURAL_ENOMEM;
     }
-    for (int i = 0; i < H; i++) buf[neural_perm_index(i)] = x[i];
+    uint16_t *bits = (uint16_t *)(buf + ((nf + 15) & ~(size_t)15));
+    for (int i = 0; i < H; i++) buf[neural_perm_index(i)] = input_value(s->bf16_inputs, x[i], &bits[i]);
     for (int e = 0; e < k; e++)
         if (experts[e]->capture) capture_rest(s, experts[e]);
     moe_job j;
     memset(&j, 0, sizeof j);
-    j.s = s, j.ex = experts, j.w = weights, j.k = k, j.zx = buf, j.act = buf + H, j.out = out, j.kf = kern;
-    j.cpe = (2L * I + CH_GATE_UP - 1) / CH_GATE_UP;
+    j.s = s, j.ex = experts, j.w = weights, j.k = k, j.zx = buf, j.act = buf + H, j.out = out, j.kf = kernels_for(s);
+    j.zb = bits, j.actb = bits + H, j.y = buf + yo;
+    int nt = neural_team_size();
+    j.ch = chunk_rows(2L * I * k, nt);
+    j.cpe = (2L * I + j.ch - 1) / j.ch;
     j.nchunks = j.cpe * k;
     neural_team_run(moe_gate_up, &j);
     j.next = 0;
-    j.nchunks = (H + CH_DOWN - 1) / CH_DOWN;
+    j.ch = chunk_rows((long)H * k, nt);
+    j.cpe = (H + j.ch - 1) / j.ch;
+    j.nchunks = j.cpe * k;
     neural_team_run(moe_down, &j);
+    for (int r = 0; r < H; r++) {
+        float acc = weights[0] * j.y[r];
+        for (int e = 1; e < k; e++) acc = acc + weights[e] * j.y[(size_t)e * (size_t)H + r];
+        out[r] = acc;
+    }
     int rc = (int)j.err;
     nm_unlock(&api_lock);
     return rc;
@@ -429,7 +504,7 @@ typedef struct {
     float *act;      /* [ntok][I] permuted activations */
     const float *w;
     float *out;
-    float *scratch; /* per thread: decoded row, block scales, [ntok][CH_GATE_UP] */
+    float *scratch; /* per thread: decoded row, block scales, [ntok][CH_TOK_GATE_UP] */
     size_t stride;
     const neural_kernels *kf;
     int mat;
@@ -468,16 +543,17 @@ static void tok_gate_up(void *ctx, int tid) {
     const neural_shape *s = j->s;
     long rows = 2L * s->intermediate;
     float *h = j->scratch + (size_t)tid * j->stride + (size_t)NEURAL_MAX_G * 33;
+    uint16_t unused;
     for (;;) {
         long c = neural_next_chunk(&j->next);
         if (c >= j->nchunks) break;
-        long r0 = c * CH_GATE_UP, r1 = r0 + CH_GATE_UP < rows ? r0 + CH_GATE_UP : rows;
-        token_rows(j, tid, r0, r1, j->zx, s->hidden, h, CH_GATE_UP);
+        long r0 = c * CH_TOK_GATE_UP, r1 = r0 + CH_TOK_GATE_UP < rows ? r0 + CH_TOK_GATE_UP : rows;
+        token_rows(j, tid, r0, r1, j->zx, s->hidden, h, CH_TOK_GATE_UP);
         for (int t = 0; t < j->ntok; t++) {
-            float *act = j->act + (size_t)t * (size_t)s->intermediate, *ht = h + (size_t)t * CH_GATE_UP;
+            float *act = j->act + (size_t)t * (size_t)s->intermediate, *ht = h + (size_t)t * CH_TOK_GATE_UP;
             for (long r = r0; r < r1; r += 2)
                 act[neural_perm_index((int)(r / 2))] =
-                    swiglu(ht[r - r0], ht[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha);
+                    input_value(s->bf16_inputs, swiglu(ht[r - r0], ht[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha), &unused);
         }
     }
     stream_fence();
@@ -490,11 +566,11 @@ static void tok_down(void *ctx, int tid) {
     for (;;) {
         long c = neural_next_chunk(&j->next);
         if (c >= j->nchunks) break;
-        long r0 = c * CH_DOWN, r1 = r0 + CH_DOWN < s->hidden ? r0 + CH_DOWN : s->hidden;
-        token_rows(j, tid, r0, r1, j->act, s->intermediate, y, CH_DOWN);
+        long r0 = c * CH_TOK_DOWN, r1 = r0 + CH_TOK_DOWN < s->hidden ? r0 + CH_TOK_DOWN : s->hidden;
+        token_rows(j, tid, r0, r1, j->act, s->intermediate, y, CH_TOK_DOWN);
         for (int t = 0; t < j->ntok; t++)
             for (long r = r0; r < r1; r++)
-                j->out[(size_t)t * (size_t)s->hidden + (size_t)r] = j->w[t] * y[(size_t)t * CH_DOWN + (size_t)(r - r0)];
+                j->out[(size_t)t * (size_t)s->hidden + (size_t)r] = j->w[t] * y[(size_t)t * CH_TOK_DOWN + (size_t)(r - r0)];
     }
     stream_fence();
 }
@@ -506,7 +582,7 @@ int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int
     nm_lock(&api_lock);
     ensure_init();
     int H = s->hidden, I = s->intermediate, nt = neural_team_size();
-    size_t stride = (size_t)NEURAL_MAX_G * 33 + (size_t)NEURAL_MAX_TOKENS * CH_GATE_UP;
+    size_t stride = (size_t)NEURAL_MAX_G * 33 + (size_t)NEURAL_MAX_TOKENS * CH_TOK_GATE_UP;
     stride = (stride + 15) & ~(size_t)15;
     size_t io = (size_t)ntok * ((size_t)H + (size_t)I);
     float *buf = workspace(io + stride * (size_t)nt);
@@ -515,18 +591,21 @@ int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int
         return NEURAL_ENOMEM;
     }
     for (int t = 0; t < ntok; t++)
-        for (int i = 0; i < H; i++) buf[(size_t)t * H + neural_perm_index(i)] = x[(size_t)t * H + i];
+        for (int i = 0; i < H; i++) {
+            uint16_t unused;
+            buf[(size_t)t * H + neural_perm_index(i)] = input_value(s->bf16_inputs, x[(size_t)t * H + i], &unused);
+        }
     if (expert->capture) capture_rest(s, expert);
     tok_job j;
     memset(&j, 0, sizeof j);
     j.s = s, j.ex = expert, j.ntok = ntok, j.zx = buf, j.act = buf + (size_t)ntok * H, j.w = weights, j.out = out;
-    j.scratch = buf + io, j.stride = stride, j.kf = kern;
+    j.scratch = buf + io, j.stride = stride, j.kf = kernels_for(s);
     j.mat = 0;
-    j.nchunks = (2L * I + CH_GATE_UP - 1) / CH_GATE_UP;
+    j.nchunks = (2L * I + CH_TOK_GATE_UP - 1) / CH_TOK_GATE_UP;
     neural_team_run(tok_gate_up, &j);
     j.mat = 1;
     j.next = 0;
-    j.nchunks = (H + CH_DOWN - 1) / CH_DOWN;
+    j.nchunks = (H + CH_TOK_DOWN - 1) / CH_TOK_DOWN;
     neural_team_run(tok_down, &j);
     int rc = (int)j.err;
     nm_unlock(&api_lock);

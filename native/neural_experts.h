@@ -14,7 +14,14 @@
  *   and the weight is v * 2^(s-127). The kernel works with the integer-valued codes
  *   q = 2v (0,1,2,3,4,6,8,12, negatives) and the scale S(s) = 2^(s-128) (fp32; s = 0 gives the
  *   denormal 2^-128, s = 255 gives 2^127), so q*S(s) == v*2^(s-127) exactly.
- * Dot product of a row with an input vector z (fp32), 16 lanes l = 0..15, acc[l] = +0:
+ * Inputs. With shape.bf16_inputs = 1 (the engine's bf16 mode, and the GPU pipeline's) every
+ *   input vector (x, and the SwiGLU activation before down) is first rounded to bf16, the
+ *   model's activation precision: nearest even, NaN stays NaN, magnitudes below 2^-118 become
+ *   signed zero. Then each product q*z below is exact and each d a normal number or zero, so
+ *   the vdpbf16ps path (one rounding of q_lo*z_even + q_hi*z_odd, DAZ/FTZ) gives exactly the
+ *   bits of mul + fma. With 0 (fp32 mode) the inputs are used as given and the AVX-512 BF16 ISA
+ *   runs its fp32 loop instead.
+ * Dot product of a row with an input vector z (fp32, bf16-exact), 16 lanes l = 0..15, acc[l] = +0:
  *     for g in 0..G-1:  d    = q(lo nibble of byte l) * z[32g+2l]                 (fp32 mul)
  *                       d    = fma(q(hi nibble of byte l), z[32g+2l+1], d)        (fused)
  *                       acc[l] = fma(d, S(s_g), acc[l])                           (fused)
@@ -35,7 +42,9 @@
  *   (separate multiply and add). The multi-token call writes out[t][h] = w_t * y_t[h].
  * Parallelism never changes a result: rows are handed out dynamically, but every output
  *   element is computed start to finish by one thread in the fixed order above.
- * The workers run with the caller's MXCSR (rounding/FTZ/DAZ), sampled at each call.
+ * The workers run with the caller's MXCSR (rounding/FTZ/DAZ), sampled at each call; the
+ *   vdpbf16ps path always rounds to nearest even, so only the default MXCSR gives every path
+ *   the same bits.
  *
  * Build: no global ISA flags; SIMD functions carry function-level target attributes (GCC,
  * Clang, MinGW) or rely on MSVC's per-intrinsic code generation. Compile with FP contraction
@@ -55,12 +64,14 @@ extern "C" {
 #define NEURAL_ISA_SCALAR 1
 #define NEURAL_ISA_AVX2 2
 #define NEURAL_ISA_AVX512 3
+#define NEURAL_ISA_AVX512BF16 4 /* AVX-512 with vdpbf16ps; same results as every other path */
 
 /* bits of neural_cpu_features() */
 #define NEURAL_CPU_AVX2 1     /* AVX2 + FMA + OS support */
 #define NEURAL_CPU_AVX512 2   /* AVX-512 F/BW/DQ/VL + OS support */
 #define NEURAL_CPU_VBMI 4
 #define NEURAL_CPU_BF16 8
+#define NEURAL_CPU_AMD 16     /* vendor AuthenticAMD (picks the vdpbf16ps path, see neural_best_isa) */
 
 #define NEURAL_FORMAT_RAW 0
 #define NEURAL_FORMAT_PACKED 1
@@ -92,6 +103,7 @@ typedef struct neural_shape {
     int32_t format;        /* NEURAL_FORMAT_RAW or NEURAL_FORMAT_PACKED */
     float swiglu_limit;
     float swiglu_alpha;
+    int32_t bf16_inputs;   /* 1: inputs rounded to bf16 (see NUMERICS), 0: fp32 inputs as given */
     /* Where each part lies inside a record (capture buffers use the same layout); the
        exception area (packed only) starts at record_offset[NEURAL_PART_EXC]. */
     int64_t record_offset[NEURAL_NPARTS];

@@ -15,9 +15,11 @@
 #if NEURAL_X86 && (defined(__GNUC__) || defined(__clang__))
 #define NEURAL_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define NEURAL_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define NEURAL_TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma")))
 #else
 #define NEURAL_TARGET_AVX2
 #define NEURAL_TARGET_AVX512
+#define NEURAL_TARGET_AVX512BF16
 #endif
 
 #define NEURAL_MAX_G (16384 / 32)
@@ -30,8 +32,10 @@ extern int neural_prefetch_bytes;
 
 typedef struct neural_kernels {
     int isa;
-    /* 4 rows x 1 input: out[i] = dot(row i, z); z in permuted block layout (see below). */
-    void (*dot4)(const uint8_t *const codes[4], const uint8_t *const scales[4], const float *z, int G, float out[4]);
+    /* 4 rows x 1 input: out[i] = dot(row i, z); z in permuted block layout (see below), zb the
+       same bf16-exact input as bf16 bits in natural order (for the vdpbf16ps path). */
+    void (*dot4)(const uint8_t *const codes[4], const uint8_t *const scales[4], const float *z, const uint16_t *zb,
+                 int G, float out[4]);
     /* 1 decoded row x 4 inputs: dec = [G][32] q values (16 low-nibble lanes, 16 high), scf = S per block. */
     void (*dotdec4)(const float *dec, const float *scf, const float *const z[4], int G, float out[4]);
     /* checksum of a read of n bytes (n multiple of 256, p 64-byte aligned) */
@@ -51,6 +55,7 @@ extern const neural_kernels neural_kernels_scalar;
 #if NEURAL_X86
 extern const neural_kernels neural_kernels_avx2;
 extern const neural_kernels neural_kernels_avx512;
+extern const neural_kernels neural_kernels_avx512bf16;
 #endif
 
 void neural_tables_init(void);

@@ -21,7 +21,7 @@ float neural_scale2[256];
 /* Software prefetch distance. The rows of a group are contiguous, so a group's codes form one
    linear stream (64 B per block step for 4 rows); the kernels fetch one line per step this far
    ahead, and the scale rows likewise. 0 turns it off. */
-int neural_prefetch_bytes = 4096;
+int neural_prefetch_bytes = 8192;
 
 void neural_tables_init(void) {
     for (int s = 0; s < 256; s++) neural_scale2[s] = ldexpf(1.0f, s - 128);
@@ -80,8 +80,9 @@ static float dot_row_scalar(const uint8_t *codes, const uint8_t *sc, const float
     return reduce16(acc);
 }
 
-static void dot4_scalar(const uint8_t *const codes[4], const uint8_t *const sc[4], const float *z, int G,
-                        float out[4]) {
+static void dot4_scalar(const uint8_t *const codes[4], const uint8_t *const sc[4], const float *z,
+                        const uint16_t *zb, int G, float out[4]) {
+    (void)zb;
     for (int i = 0; i < 4; i++) out[i] = dot_row_scalar(codes[i], sc[i], z, G);
 }
 
@@ -162,7 +163,8 @@ NEURAL_TARGET_AVX2 static void dot2_avx2(const uint8_t *c0, const uint8_t *c1, c
 }
 
 NEURAL_TARGET_AVX2 static void dot4_avx2(const uint8_t *const codes[4], const uint8_t *const sc[4],
-                                         const float *z, int G, float out[4]) {
+                                         const float *z, const uint16_t *zb, int G, float out[4]) {
+    (void)zb;
     dot2_avx2(codes[0], codes[1], sc[0], sc[1], z, G, &out[0], &out[1]);
     dot2_avx2(codes[2], codes[3], sc[2], sc[3], z, G, &out[2], &out[3]);
 }
@@ -229,7 +231,8 @@ NEURAL_TARGET_AVX512 static inline float hsum16_avx512(__m512 v) {
     } while (0)
 
 NEURAL_TARGET_AVX512 static void dot4_avx512(const uint8_t *const codes[4], const uint8_t *const sc[4],
-                                             const float *z, int G, float out[4]) {
+                                             const float *z, const uint16_t *zb, int G, float out[4]) {
+    (void)zb;
     const __m512 lut = _mm512_loadu_ps(neural_lut2);
     const uint8_t *c0 = codes[0], *c1 = codes[1], *c2 = codes[2], *c3 = codes[3];
     const uint8_t *s0 = sc[0], *s1 = sc[1], *s2 = sc[2], *s3 = sc[3];
@@ -290,4 +293,62 @@ NEURAL_TARGET_AVX512 static uint64_t read_avx512(const uint8_t *p, size_t n) {
 }
 
 const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, dotdec4_avx512, read_avx512};
+
+/* ------------------------------------------------------------------------------------------ */
+/* AVX-512 BF16: the same arithmetic with vdpbf16ps. The inputs are bf16-exact and never below
+   2^-118 in magnitude (neural_experts.c rounds them so), so q_lo*z_even and q_hi*z_odd are exact
+   fp32 products whose sum is a normal number or zero: vdpbf16ps from a zero accumulator rounds
+   that sum once, exactly like mul + fma above, and its DAZ/FTZ never triggers. vpmaddwd by
+   0x1001 puts byte b's low nibble in the low word and b >> 4 in the high word of its dword;
+   vpermw reads the low 5 bits of each word from a 32-entry table (entry i = q(i & 15)). 5
+   vector operations per block and row instead of 7; faster on Zen 4, slower on the Xeon host
+   (docs/perf-kernel.md), so neural_best_isa picks it on AMD only. */
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#define NEURAL_AS_BH(v) (*(const __m512bh *)&(v))
+#else
+#define NEURAL_AS_BH(v) ((__m512bh)(v))
+#endif
+
+static const uint16_t lut2_bf16[32] = {0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40C0, 0x4100, 0x4140,
+                                       0x8000, 0xBF80, 0xC000, 0xC040, 0xC080, 0xC0C0, 0xC100, 0xC140,
+                                       0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40C0, 0x4100, 0x4140,
+                                       0x8000, 0xBF80, 0xC000, 0xC040, 0xC080, 0xC0C0, 0xC100, 0xC140};
+
+#define BF16_ROW(C, SC, A)                                                                        \
+    do {                                                                                          \
+        __m512i v_ = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((C) + 16 * g)));     \
+        v_ = _mm512_permutexvar_epi16(_mm512_madd_epi16(v_, nib), lut);                           \
+        __m512 d_ = _mm512_dpbf16_ps(_mm512_setzero_ps(), NEURAL_AS_BH(v_), zz);                  \
+        A = _mm512_fmadd_ps(d_, _mm512_set1_ps(neural_scale2[(SC)[g]]), A);                       \
+    } while (0)
+
+NEURAL_TARGET_AVX512BF16 static void dot4_avx512bf16(const uint8_t *const codes[4], const uint8_t *const sc[4],
+                                                     const float *z, const uint16_t *zb, int G, float out[4]) {
+    const __m512i lut = _mm512_loadu_si512((const void *)lut2_bf16), nib = _mm512_set1_epi32(0x1001);
+    const uint8_t *c0 = codes[0], *c1 = codes[1], *c2 = codes[2], *c3 = codes[3];
+    const uint8_t *s0 = sc[0], *s1 = sc[1], *s2 = sc[2], *s3 = sc[3];
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const int pfd = neural_prefetch_bytes;
+    const uint8_t *pf = c0 + pfd, *pfs = s0 + pfd / 16;
+    (void)z;
+    for (int g = 0; g < G; g++) {
+        if (pfd) {
+            _mm_prefetch((const char *)(pf + 64 * (size_t)g), _MM_HINT_T0);
+            if ((g & 15) == 0) _mm_prefetch((const char *)(pfs + 4 * (size_t)g), _MM_HINT_T0);
+        }
+        const __m512i zz_ = _mm512_loadu_si512((const void *)(zb + 32 * (size_t)g));
+        const __m512bh zz = NEURAL_AS_BH(zz_);
+        BF16_ROW(c0, s0, a0);
+        BF16_ROW(c1, s1, a1);
+        BF16_ROW(c2, s2, a2);
+        BF16_ROW(c3, s3, a3);
+    }
+    out[0] = hsum16_avx512(a0);
+    out[1] = hsum16_avx512(a1);
+    out[2] = hsum16_avx512(a2);
+    out[3] = hsum16_avx512(a3);
+}
+
+const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, dotdec4_avx512, read_avx512};
 #endif

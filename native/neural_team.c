@@ -128,6 +128,7 @@ int neural_cpu_features(void) {
     unsigned r[4];
     cpuid_ex(0, 0, r);
     unsigned maxleaf = r[0];
+    if (r[1] == 0x68747541u && r[3] == 0x69746E65u && r[2] == 0x444D4163u) f |= NEURAL_CPU_AMD; /* AuthenticAMD */
     cpuid_ex(1, 0, r);
     int osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1, fma = (r[2] >> 12) & 1;
     if (osxsave && avx && maxleaf >= 7) {

@@ -149,45 +149,49 @@ int main(void) {
     if (n_exc[1][1] != 1 || n_exc[1][3] != 1) return fail("packed fallback rows not produced", 0, 0);
     if (neural_record_bytes(&shape[0]) != shape[0].record_offset[6]) return fail("record layout", 0, 0);
 
-    int isas[3], nisa = 0;
-    for (int isa = NEURAL_ISA_SCALAR; isa <= NEURAL_ISA_AVX512; isa++)
+    int isas[4], nisa = 0;
+    for (int isa = NEURAL_ISA_SCALAR; isa <= NEURAL_ISA_AVX512BF16; isa++)
         if (neural_set_isa(isa) == NEURAL_OK) isas[nisa++] = isa;
-    neural_set_isa(NEURAL_ISA_SCALAR);
-    neural_set_threads(1);
-    if (neural_moe_token(&shape[0], exp[0], w, K, x[0], ref) != NEURAL_OK) return fail("moe_token", 1, 1);
-    uint64_t h = fnv(ref, sizeof ref, 0xCBF29CE484222325ull);
-    for (int a = 0; a < nisa; a++) {
-        neural_set_isa(isas[a]);
-        for (int th = 1; th <= 4; th++) {
-            neural_set_threads(th);
-            for (int f = 0; f < 2; f++)
-                for (int rep = 0; rep < 2; rep++) {
-                    for (int i = 0; i < H; i++) out[i] = 0.0f / 0.0f; /* poison */
-                    if (neural_moe_token(&shape[f], exp[f], w, K, x[0], out) != NEURAL_OK)
-                        return fail("moe_token rc", isas[a], th);
-                    if (memcmp(out, ref, sizeof out)) return fail(f ? "packed != reference" : "raw != reference", isas[a], th);
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (int mode = 0; mode < 2; mode++) { /* fp32 inputs, then bf16 inputs */
+        shape[0].bf16_inputs = shape[1].bf16_inputs = mode;
+        neural_set_isa(NEURAL_ISA_SCALAR);
+        neural_set_threads(1);
+        if (neural_moe_token(&shape[0], exp[0], w, K, x[0], ref) != NEURAL_OK) return fail("moe_token", 1, 1);
+        h = fnv(ref, sizeof ref, h);
+        for (int a = 0; a < nisa; a++) {
+            neural_set_isa(isas[a]);
+            for (int th = 1; th <= 4; th++) {
+                neural_set_threads(th);
+                for (int f = 0; f < 2; f++)
+                    for (int rep = 0; rep < 2; rep++) {
+                        for (int i = 0; i < H; i++) out[i] = 0.0f / 0.0f; /* poison */
+                        if (neural_moe_token(&shape[f], exp[f], w, K, x[0], out) != NEURAL_OK)
+                            return fail("moe_token rc", isas[a], th);
+                        if (memcmp(out, ref, sizeof out)) return fail(f ? "packed != reference" : "raw != reference", isas[a], th);
+                    }
+                if (neural_expert_tokens(&shape[1], exp[1][3], NTOK, &x[0][0], wt, &multi[0][0]) != NEURAL_OK)
+                    return fail("expert_tokens rc", isas[a], th);
+                for (int t = 0; t < NTOK; t++) {
+                    if (neural_moe_token(&shape[1], &exp[1][3], &wt[t], 1, x[t], one) != NEURAL_OK)
+                        return fail("moe_token k=1", isas[a], th);
+                    if (memcmp(one, multi[t], sizeof one)) return fail("multi-token != one-token", isas[a], th);
                 }
-            if (neural_expert_tokens(&shape[1], exp[1][3], NTOK, &x[0][0], wt, &multi[0][0]) != NEURAL_OK)
-                return fail("expert_tokens rc", isas[a], th);
-            for (int t = 0; t < NTOK; t++) {
-                if (neural_moe_token(&shape[1], &exp[1][3], &wt[t], 1, x[t], one) != NEURAL_OK)
-                    return fail("moe_token k=1", isas[a], th);
-                if (memcmp(one, multi[t], sizeof one)) return fail("multi-token != one-token", isas[a], th);
+                for (int e = 0; e < K; e++) {
+                    memset(cap[e], 0xAA, rbytes[1][e]);
+                    set_parts(&cex[e], rec[1][e], &shape[1], n_exc[1][e], cap[e]);
+                    cexp[e] = &cex[e];
+                }
+                if (neural_moe_token(&shape[1], cexp, w, K, x[0], out) != NEURAL_OK || memcmp(out, ref, sizeof out))
+                    return fail("capture changed the result", isas[a], th);
+                for (int e = 0; e < K; e++)
+                    if (memcmp(cap[e], rec[1][e], rbytes[1][e])) return fail("capture != record bytes", isas[a], th);
             }
-            for (int e = 0; e < K; e++) {
-                memset(cap[e], 0xAA, rbytes[1][e]);
-                set_parts(&cex[e], rec[1][e], &shape[1], n_exc[1][e], cap[e]);
-                cexp[e] = &cex[e];
-            }
-            if (neural_moe_token(&shape[1], cexp, w, K, x[0], out) != NEURAL_OK || memcmp(out, ref, sizeof out))
-                return fail("capture changed the result", isas[a], th);
-            for (int e = 0; e < K; e++)
-                if (memcmp(cap[e], rec[1][e], rbytes[1][e])) return fail("capture != record bytes", isas[a], th);
         }
+        h = fnv(multi, sizeof multi, h);
     }
-    h = fnv(multi, sizeof multi, h);
     printf("selftest OK: isas");
     for (int a = 0; a < nisa; a++) printf(" %s", neural_isa_name(isas[a]));
-    printf(", threads 1-4, raw+packed, hash %016llx\n", (unsigned long long)h);
+    printf(", threads 1-4, raw+packed, fp32+bf16 inputs, hash %016llx\n", (unsigned long long)h);
     return 0;
 }

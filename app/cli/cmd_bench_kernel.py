@@ -20,7 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     k.add_argument("--threads", type=int, default=0, help="kernel threads including the caller (0 = all CPUs)")
     k.add_argument("--store-gib", type=float, default=2.0, help="synthetic store size (>= 2 GiB exceeds the LLC)")
     k.add_argument("--format", default="raw", choices=["raw", "packed"])
-    k.add_argument("--isa", default="auto", choices=["auto", "avx512", "avx2", "scalar"])
+    k.add_argument("--isa", default="auto", choices=["auto", "avx512bf16", "avx512", "avx2", "scalar"])
+    k.add_argument("--inputs", default="bf16", choices=["bf16", "fp32"],
+                   help="input precision: bf16 (the engine's default dtype; enables the vdpbf16ps loop) or fp32")
     k.add_argument("--seconds", type=float, default=4.0, help="measuring time per round")
     k.add_argument("--rounds", type=int, default=3, help="alternating probe/kernel rounds (median reported)")
     k.add_argument("--prefetch", type=int, default=None, metavar="BYTES",
@@ -55,7 +57,7 @@ def run_kernel(args: argparse.Namespace) -> int:
     try:
         r = run_kernel_bench(threads=args.threads, store_gib=args.store_gib, fmt=args.format, isa=args.isa,
                              seconds=args.seconds, rounds=max(1, args.rounds), path=args.path,
-                             prefetch=args.prefetch, progress=stderr_progress("synthetic store"))
+                             prefetch=args.prefetch, inputs=args.inputs, progress=stderr_progress("synthetic store"))
     except (NativeUnavailable, KernelError) as exc:
         return fail(str(exc))
     if args.json:
@@ -65,7 +67,8 @@ def run_kernel(args: argparse.Namespace) -> int:
         return 0
     print(f"cpu: {cpu_name()}", file=sys.stderr)
     print(f"store: {r.store_gib:.2f} GiB, {r.experts_in_store} experts of the 120b shape "
-          f"({r.expert_bytes:,} B each, {r.format}); {r.threads} threads, {r.isa} path", file=sys.stderr)
+          f"({r.expert_bytes:,} B each, {r.format}); {r.threads} threads, {r.isa} path, {r.inputs} inputs",
+          file=sys.stderr)
     print(f"DRAM read probe : {r.probe_gbps:8.2f} GB/s")
     print(f"expert kernel   : {r.kernel_gbps:8.2f} GB/s   ratio {r.ratio:.3f}")
     print(f"88 experts/token: {r.ms_per_token_88:8.2f} ms   ({r.calls} calls of 4 experts, {r.rounds} rounds)")

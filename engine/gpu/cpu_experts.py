@@ -48,8 +48,9 @@ class NativeMisses:
         cfg = ck.config
         self.ck = ck
         self.layout = layout
+        # bf16 inputs, as the GPU experts use: the kernel may run its vdpbf16ps loop
         self.shape = self.k.shape(cfg.hidden_size, cfg.intermediate_size, "raw", cfg.swiglu_limit,
-                                  cfg.swiglu_alpha, layout.native_offsets())
+                                  cfg.swiglu_alpha, layout.native_offsets(), bf16_inputs=True)
         if self.k.record_bytes(self.shape) > layout.slot_bytes:
             raise RuntimeError("native record layout does not fit a VRAM slot")
         self.name = f"native-{self.k.isa}-{self.k.threads}t"

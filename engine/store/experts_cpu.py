@@ -52,7 +52,7 @@ class CpuExperts:
     """Per-layer MoE with the native kernel; ``forward`` matches the engine's ExpertsFn."""
 
     def __init__(self, cfg: ModelConfig, ck: Checkpoint | None = None, store: ExpertStore | None = None,
-                 kernel: NativeKernel | None = None, threads: int = 0) -> None:
+                 kernel: NativeKernel | None = None, threads: int = 0, bf16_inputs: bool = False) -> None:
         if (ck is None) == (store is None):
             raise ValueError("give exactly one source: a checkpoint or an expert store")
         self.cfg = cfg
@@ -63,7 +63,7 @@ class CpuExperts:
         self.layout = store.layout if store is not None else RecordLayout.build(cfg.hidden_size,
                                                                                  cfg.intermediate_size, "raw")
         self.shape = self.kernel.shape(cfg.hidden_size, cfg.intermediate_size, fmt, cfg.swiglu_limit,
-                                       cfg.swiglu_alpha, self.layout.offsets)
+                                       cfg.swiglu_alpha, self.layout.offsets, bf16_inputs=bf16_inputs)
         self._refs: dict[tuple[int, int], ExpertRef] = {}
         self._store_base: Any = None
         if store is not None:
@@ -153,8 +153,12 @@ def open_matching_store(ck: Checkpoint, path: str | Path | None = None) -> Exper
 
 
 def native_experts_fn(ck: Checkpoint, threads: int = 0, store_path: str | Path | None = None,
+                      bf16_inputs: bool = False,
                       ) -> Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """The engine's hook: an ExpertsFn backed by the native kernel (raises NativeUnavailable).
+
+    ``bf16_inputs`` follows the engine's dtype: in bf16 mode the kernel rounds its inputs to
+    bf16 as the model does (and may use its vdpbf16ps loop); in fp32 mode it keeps them fp32.
 
     A store that does not match the checkpoint is refused with a warning and the kernel reads
     the checkpoint's tensors instead: same results, and the stale store is never used.
@@ -165,6 +169,8 @@ def native_experts_fn(ck: Checkpoint, threads: int = 0, store_path: str | Path |
     except StoreError as exc:
         log.warning("expert store refused: %s; reading the checkpoint's tensors directly", exc)
         store = None
-    experts = CpuExperts(ck.config, ck=None if store is not None else ck, store=store, kernel=kernel, threads=threads)
-    log.info("native CPU experts: %s, %d threads, %s path", experts.source, kernel.threads, kernel.isa)
+    experts = CpuExperts(ck.config, ck=None if store is not None else ck, store=store, kernel=kernel, threads=threads,
+                         bf16_inputs=bf16_inputs)
+    log.info("native CPU experts: %s, %d threads, %s path, %s inputs", experts.source, kernel.threads, kernel.isa,
+             "bf16" if bf16_inputs else "fp32")
     return experts.forward

@@ -41,6 +41,7 @@ class KernelBench:
     ms_per_token_88: float
     threads: int
     isa: str
+    inputs: str  # "bf16" (the engine's default mode) or "fp32"
     prefetch: int
     format: str
     store_gib: float
@@ -101,16 +102,18 @@ def _store_at(path: str | None, gib: float, fmt: str,
 
 def run_kernel_bench(threads: int = 0, store_gib: float = 2.0, fmt: str = "raw", isa: str = "auto",
                      seconds: float = 4.0, rounds: int = 3, path: str | None = None, seed: int = 0,
-                     kernel: NativeKernel | None = None, prefetch: int | None = None,
+                     kernel: NativeKernel | None = None, prefetch: int | None = None, inputs: str = "bf16",
                      progress: Callable[[int, int], None] | None = None) -> KernelBench:
     k = kernel or load_kernel()
+    if inputs not in ("bf16", "fp32"):
+        raise ValueError(f"inputs must be bf16 or fp32, not {inputs!r}")
     k.set_isa(isa)
     k.set_threads(threads if threads > 0 else (os.cpu_count() or 1))
     if prefetch is not None:
         k.set_prefetch(prefetch)
     with _store_at(path, store_gib, fmt, progress) as p, ExpertStore.open(p) as store:
         n, layout = store.experts, store.layout
-        shape = k.shape(H120, I120, store.fmt, 7.0, 1.702, layout.offsets)
+        shape = k.shape(H120, I120, store.fmt, 7.0, 1.702, layout.offsets, bf16_inputs=inputs == "bf16")
         base, owner = k.pointer(store.buf)
         refs = [expert_ref_from_record(k, base + store.offset(0, e), layout, store.n_exc(0, e)) for e in range(n)]
         sizes = store.table["size"].astype(np.int64)
@@ -151,6 +154,7 @@ def run_kernel_bench(threads: int = 0, store_gib: float = 2.0, fmt: str = "raw",
             ms_per_token_88=round(call_s * (TOKEN_EXPERTS / EXPERTS_PER_CALL) * 1e3, 3),
             threads=k.threads,
             isa=k.isa,
+            inputs=inputs,
             prefetch=k.prefetch,
             format=store.fmt,
             store_gib=round(total / (1 << 30), 3),

@@ -5,6 +5,8 @@
   for bit on every ISA path.
 * ``*64`` functions: the mathematical expert (dequantize v * 2^(s-127), exact exp) in float64,
   the oracle the fp32 kernel is compared to with a stated tolerance.
+* ``bf16=True`` (all of them): the kernel's bf16-input mode, x and the SwiGLU output rounded to
+  bf16 as ``bf16_input`` says (the model's activation precision).
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def bf16_input(z: np.ndarray) -> np.ndarray:
+    """The kernel's input rounding: bf16 nearest even, NaN stays NaN, |z| < 2^-118 -> signed 0."""
+    u = np.asarray(z, np.float32).view(np.uint32).astype(np.uint64)
+    mag = u & 0x7FFFFFFF
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    out = np.where(mag > 0x7F800000, u | 0x00400000, np.where(mag < 0x04800000, u & 0x80000000, rounded))
+    return (out & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
 def permute(z: np.ndarray) -> np.ndarray:
     """[..., K] -> [..., K/32, 2, 16]: per block the even elements, then the odd ones."""
     b = z.reshape(*z.shape[:-1], -1, 16, 2)
@@ -48,9 +59,9 @@ def reduce16(acc: np.ndarray) -> np.ndarray:
     return a[..., 0]
 
 
-def dot32(codes: np.ndarray, scales: np.ndarray, z: np.ndarray) -> np.ndarray:
+def dot32(codes: np.ndarray, scales: np.ndarray, z: np.ndarray, bf16: bool = False) -> np.ndarray:
     """rows [R, G, 16] codes / [R, G] scales . z [G*32] -> [R] in the kernel's order."""
-    zp = permute(np.asarray(z, np.float32))
+    zp = permute(bf16_input(z) if bf16 else np.asarray(z, np.float32))
     lo, hi = LUT2[codes & 15], LUT2[codes >> 4]
     acc = np.zeros((codes.shape[0], 16), np.float32)
     for g in range(codes.shape[1]):
@@ -95,21 +106,21 @@ def swiglu32(g: np.ndarray, u: np.ndarray, limit: float, alpha: float) -> np.nda
         return ((g * sig) * (u + f32(1))).astype(np.float32)
 
 
-def expert32(p: dict[str, np.ndarray], x: np.ndarray, limit: float, alpha: float) -> np.ndarray:
+def expert32(p: dict[str, np.ndarray], x: np.ndarray, limit: float, alpha: float, bf16: bool = False) -> np.ndarray:
     """y = down(swiglu(gate_up(x))) with both biases, fp32 canonical order. p: checkpoint parts."""
     with np.errstate(invalid="ignore", over="ignore"):
-        h = dot32(p["gu_codes"], p["gu_scales"], x) + bf16_to_f32(p["gu_bias"])
+        h = dot32(p["gu_codes"], p["gu_scales"], x, bf16) + bf16_to_f32(p["gu_bias"])
         a = swiglu32(h[0::2], h[1::2], limit, alpha)
-        return dot32(p["dn_codes"], p["dn_scales"], a) + bf16_to_f32(p["dn_bias"])
+        return dot32(p["dn_codes"], p["dn_scales"], a, bf16) + bf16_to_f32(p["dn_bias"])
 
 
 def moe32(experts: list[dict[str, np.ndarray]], w: np.ndarray, x: np.ndarray, limit: float,
-          alpha: float) -> np.ndarray:
+          alpha: float, bf16: bool = False) -> np.ndarray:
     w = np.asarray(w, np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
-        acc = w[0] * expert32(experts[0], x, limit, alpha)
+        acc = w[0] * expert32(experts[0], x, limit, alpha, bf16)
         for e in range(1, len(experts)):
-            acc = acc + w[e] * expert32(experts[e], x, limit, alpha)
+            acc = acc + w[e] * expert32(experts[e], x, limit, alpha, bf16)
     return acc
 
 
@@ -121,17 +132,20 @@ def dequant64(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return v.reshape(codes.shape[0], -1)
 
 
-def expert64(p: dict[str, np.ndarray], x: np.ndarray, limit: float, alpha: float) -> np.ndarray:
-    x = np.asarray(x, np.float64)
+def expert64(p: dict[str, np.ndarray], x: np.ndarray, limit: float, alpha: float, bf16: bool = False) -> np.ndarray:
+    def act(v: np.ndarray) -> np.ndarray:
+        return bf16_input(v).astype(np.float64) if bf16 else np.asarray(v, np.float64)
+
+    x = act(x)
     h = dequant64(p["gu_codes"], p["gu_scales"]) @ x + bf16_to_f32(p["gu_bias"])
     g, u = np.minimum(h[0::2], limit), np.clip(h[1::2], -limit, limit)
-    a = g / (1.0 + np.exp(-alpha * g)) * (u + 1.0)
+    a = act(g / (1.0 + np.exp(-alpha * g)) * (u + 1.0))
     return dequant64(p["dn_codes"], p["dn_scales"]) @ a + bf16_to_f32(p["dn_bias"])
 
 
 def moe64(experts: list[dict[str, np.ndarray]], w: np.ndarray, x: np.ndarray, limit: float,
-          alpha: float) -> np.ndarray:
-    return sum(float(wi) * expert64(p, x, limit, alpha) for wi, p in zip(w, experts, strict=True))
+          alpha: float, bf16: bool = False) -> np.ndarray:
+    return sum(float(wi) * expert64(p, x, limit, alpha, bf16) for wi, p in zip(w, experts, strict=True))
 
 
 def random_expert(rng: np.random.Generator, hidden: int, inter: int, scale_lo: int = 122,

@@ -3,7 +3,8 @@
 Tolerance against the float64 oracle (moe64): max |kernel - ref| <= 1e-5 * max(1, max |ref|) for
 scales in the normal range. Observed errors are ~1e-7 relative; fp32 accumulation over <= 160
 inputs per row with 16 lanes cannot exceed ~1e-6. Against the same-order fp32 reference (moe32)
-the results must be bit-identical.
+the results must be bit-identical. Both input modes are tested: fp32 inputs as given, and bf16
+inputs (x and the SwiGLU activation rounded to bf16; the oracle rounds them the same way).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import native_refimpl as R
 import numpy as np
 import pytest
-from native_helpers import ALPHA, ISAS, LIMIT, isa_or_skip, make_experts
+from native_helpers import ALPHA, ISAS, LIMIT, MODES, isa_or_skip, make_experts
 
 from native.kernel import KernelError, NativeKernel
 
@@ -35,7 +36,12 @@ def test_cpu_features_agree_with_proc_cpuinfo(kernel: NativeKernel) -> None:
     f = kernel.features()
     assert ("avx2" in f) == ({"avx2", "fma"} <= flags)
     assert ("avx512" in f) == ({"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma"} <= flags)
-    assert kernel.best_isa() == kernel.available_isas()[-1]
+    assert ("avx512bf16" in f) == ("avx512" in f and "avx512_bf16" in flags)
+    vendor = next((ln for ln in info.read_text().splitlines() if ln.startswith("vendor_id")), "")
+    assert ("amd" in f) == ("AuthenticAMD" in vendor)
+    # the vdpbf16ps loop is chosen where it was measured faster (AMD), else the widest fp32 one
+    want = "avx512bf16" if {"avx512bf16", "amd"} <= f else [i for i in kernel.available_isas() if i != "avx512bf16"][-1]
+    assert kernel.best_isa() == want
 
 
 def test_unknown_isa_rejected(kernel: NativeKernel) -> None:
@@ -57,33 +63,37 @@ def test_expf_matches_reference_and_libm(kernel: NativeKernel) -> None:
     assert math.isinf(kernel.expf(89.0)) and kernel.expf(-104.0) == 0.0
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("fmt", ["raw", "packed"])
 @pytest.mark.parametrize("hidden,inter", SHAPES)
-def test_moe_token_matches_references(kernel: NativeKernel, isa: str, fmt: str, hidden: int, inter: int) -> None:
+def test_moe_token_matches_references(kernel: NativeKernel, isa: str, fmt: str, hidden: int, inter: int,
+                                      mode: str) -> None:
     isa_or_skip(kernel, isa)
+    bf16 = MODES[mode]
     rng = np.random.default_rng(hidden * 7 + inter)
     for k in (1, 4):
         parts = [R.random_expert(rng, hidden, inter) for _ in range(k)]
-        ex = make_experts(kernel, parts, fmt)
+        ex = make_experts(kernel, parts, fmt, bf16=bf16)
         for trial in range(3):
             x = (rng.standard_normal(hidden) * (1 + trial)).astype(np.float32)
             w = rng.random(k).astype(np.float32)
             out = poisoned(hidden)
             kernel.moe_token(ex.shape, ex.refs, w, x, out)
-            assert R.bits_equal(out, R.moe32(parts, w, x, LIMIT, ALPHA)), f"{isa}/{fmt}: differs from fp32 order ref"
-            ref = R.moe64(parts, w, x, LIMIT, ALPHA)
+            assert R.bits_equal(out, R.moe32(parts, w, x, LIMIT, ALPHA, bf16)), f"{isa}/{fmt}: differs from order ref"
+            ref = R.moe64(parts, w, x, LIMIT, ALPHA, bf16)
             err = np.abs(out - ref).max() / max(1.0, np.abs(ref).max())
             assert err <= TOL64, f"{isa}/{fmt}: error {err:.3g} vs float64 reference"
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("isa", ISAS)
-def test_isa_paths_agree_at_120b_rows(kernel: NativeKernel, isa: str) -> None:
+def test_isa_paths_agree_at_120b_rows(kernel: NativeKernel, isa: str, mode: str) -> None:
     """Full-width rows (90 blocks) with a small intermediate keep this fast; scalar is the yardstick."""
     isa_or_skip(kernel, isa)
     rng = np.random.default_rng(5)
     parts = [R.random_expert(rng, 2880, 64) for _ in range(2)]
-    ex = make_experts(kernel, parts, "raw")
+    ex = make_experts(kernel, parts, "raw", bf16=MODES[mode])
     x = rng.standard_normal(2880).astype(np.float32)
     w = np.array([0.7, 0.3], np.float32)
     out = poisoned(2880)
@@ -92,13 +102,14 @@ def test_isa_paths_agree_at_120b_rows(kernel: NativeKernel, isa: str) -> None:
     ref = poisoned(2880)
     kernel.moe_token(ex.shape, ex.refs, w, x, ref)
     assert R.bits_equal(out, ref)
-    want = R.moe64(parts, w, x, LIMIT, ALPHA)
+    want = R.moe64(parts, w, x, LIMIT, ALPHA, MODES[mode])
     assert np.abs(out - want).max() / np.abs(want).max() <= TOL64
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("fmt", ["raw", "packed"])
-def test_extreme_scale_exponents(kernel: NativeKernel, isa: str, fmt: str) -> None:
+def test_extreme_scale_exponents(kernel: NativeKernel, isa: str, fmt: str, mode: str) -> None:
     """Scale bytes 0, 1, 254, 255 next to normal ones.
 
     Documented behaviour: the kernel multiplies q = 2v by S = 2^(s-128), so s = 0 gives exact
@@ -115,7 +126,7 @@ def test_extreme_scale_exponents(kernel: NativeKernel, isa: str, fmt: str) -> No
             s = p[key]
             mask = rng.random(s.shape) < 0.25
             s[mask] = rng.choice(np.array([0, 1, 254, 255], np.uint8), int(mask.sum()))
-    ex = make_experts(kernel, parts, fmt)
+    ex = make_experts(kernel, parts, fmt, bf16=MODES[mode])
     if fmt == "packed":
         assert sum(ex.n_exc) > 0, "wide-range rows must take the fallback path"
     w = np.array([0.5, 0.3, 0.2], np.float32)
@@ -124,22 +135,23 @@ def test_extreme_scale_exponents(kernel: NativeKernel, isa: str, fmt: str) -> No
         x = rng.standard_normal(hidden).astype(np.float32)
         out = poisoned(hidden)
         kernel.moe_token(ex.shape, ex.refs, w, x, out)
-        assert R.bits_equal(out, R.moe32(parts, w, x, LIMIT, ALPHA))
+        assert R.bits_equal(out, R.moe32(parts, w, x, LIMIT, ALPHA, MODES[mode]))
         saw_nonfinite |= not np.isfinite(out).all()
     assert saw_nonfinite, "scale 254/255 rows should overflow somewhere (documented behaviour)"
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("isa", ISAS)
-def test_tiny_scales_stay_exact(kernel: NativeKernel, isa: str) -> None:
+def test_tiny_scales_stay_exact(kernel: NativeKernel, isa: str, mode: str) -> None:
     """All scales 0/1 (weights ~2^-127): denormal products, still matching both references."""
     isa_or_skip(kernel, isa)
     rng = np.random.default_rng(12)
     parts = [R.random_expert(rng, 64, 64, scale_lo=0, scale_hi=1)]
-    ex = make_experts(kernel, parts, "raw")
+    ex = make_experts(kernel, parts, "raw", bf16=MODES[mode])
     x = (rng.standard_normal(64) * 1e30).astype(np.float32)
     out = poisoned(64)
     kernel.moe_token(ex.shape, ex.refs, np.ones(1, np.float32), x, out)
-    assert R.bits_equal(out, R.moe32(parts, np.ones(1), x, LIMIT, ALPHA))
+    assert R.bits_equal(out, R.moe32(parts, np.ones(1), x, LIMIT, ALPHA, MODES[mode]))
     assert np.isfinite(out).all()
 
 
@@ -165,3 +177,49 @@ def test_missing_exception_row_is_reported(kernel: NativeKernel) -> None:
                                                                          strict=False)])
     with pytest.raises(KernelError, match="corrupt"):
         kernel.moe_token(ex.shape, [broken], np.ones(1, np.float32), np.ones(64, np.float32), poisoned(64))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_inputs_are_rounded_to_bf16_and_tiny_ones_flushed(kernel: NativeKernel, isa: str) -> None:
+    """bf16 mode: inputs are bf16 (nearest even) with |z| < 2^-118 flushed to 0: x and x + (below half a bf16
+    ulp) give the same bits; pairs of tiny inputs whose difference would be denormal in the
+    vdpbf16ps sum (DAZ/FTZ) agree on every path because they are flushed first."""
+    isa_or_skip(kernel, isa)
+    rng = np.random.default_rng(21)
+    hidden, inter = 64, 64
+    parts = [R.random_expert(rng, hidden, inter)]
+    ex = make_experts(kernel, parts, "raw", bf16=True)
+    one = np.ones(1, np.float32)
+    x = R.bf16_input(rng.standard_normal(hidden).astype(np.float32))
+    nudged = (x.view(np.uint32) + np.uint32(0x7FFF)).view(np.float32)  # below half a bf16 ulp
+    a, b = poisoned(hidden), poisoned(hidden)
+    kernel.moe_token(ex.shape, ex.refs, one, x, a)
+    kernel.moe_token(ex.shape, ex.refs, one, nudged, b)
+    assert R.bits_equal(a, b)
+    tiny = np.ldexp(np.float32(1.0078125), -118 + rng.integers(-3, 3, hidden)).astype(np.float32)
+    tiny *= np.where(rng.random(hidden) < 0.5, -1, 1).astype(np.float32)
+    out = poisoned(hidden)
+    kernel.moe_token(ex.shape, ex.refs, one, tiny, out)
+    assert R.bits_equal(out, R.moe32(parts, one, tiny, LIMIT, ALPHA, True))
+    assert R.bf16_input(np.ldexp(np.float32(1.0), -119)) == 0 and R.bf16_input(np.ldexp(np.float32(1.0), -118)) > 0
+
+
+def test_fp32_mode_keeps_inputs_and_bf16_isa_falls_back(kernel: NativeKernel) -> None:
+    """fp32 mode uses x as given (a nudge below bf16 precision changes the result), and the
+    AVX-512 BF16 path, which needs bf16 inputs, then gives the fp32 loop's bits."""
+    rng = np.random.default_rng(22)
+    parts = [R.random_expert(rng, 64, 64)]
+    ex = make_experts(kernel, parts, "raw")
+    one = np.ones(1, np.float32)
+    x = R.bf16_input(rng.standard_normal(64).astype(np.float32))
+    nudged = (x.view(np.uint32) + np.uint32(0x7FFF)).view(np.float32)
+    a, b = poisoned(64), poisoned(64)
+    kernel.moe_token(ex.shape, ex.refs, one, x, a)
+    kernel.moe_token(ex.shape, ex.refs, one, nudged, b)
+    assert not R.bits_equal(a, b)
+    assert R.bits_equal(b, R.moe32(parts, one, nudged, LIMIT, ALPHA))
+    if "avx512bf16" in kernel.available_isas():
+        kernel.set_isa("avx512bf16")
+        c = poisoned(64)
+        kernel.moe_token(ex.shape, ex.refs, one, nudged, c)
+        assert R.bits_equal(c, b)

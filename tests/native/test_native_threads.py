@@ -6,11 +6,12 @@ from __future__ import annotations
 import native_refimpl as R
 import numpy as np
 import pytest
-from native_helpers import ALPHA, ISAS, LIMIT, isa_or_skip, make_experts
+from native_helpers import ALPHA, ISAS, LIMIT, MODES, isa_or_skip, make_experts
 
 from native.kernel import NativeKernel
 
-# Wide enough that every thread gets many row chunks (2I = 1024 gate_up rows, H = 512 down rows).
+# Wide enough that the thread counts cut different chunk boundaries (2I = 1024 gate_up rows and
+# H = 512 down rows per expert: 1 to 4 chunks per expert, partial last chunks).
 H, INTER = 512, 512
 
 
@@ -29,13 +30,15 @@ def run_token(k: NativeKernel, ex, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("isa", ISAS)
-def test_bit_identical_across_threads_repeats_and_formats(kernel: NativeKernel, parts, isa: str) -> None:
+def test_bit_identical_across_threads_repeats_and_formats(kernel: NativeKernel, parts, isa: str, mode: str) -> None:
     isa_or_skip(kernel, isa)
+    bf16 = MODES[mode]
     rng = np.random.default_rng(4)
     x = rng.standard_normal(H).astype(np.float32)
     w = np.array([0.4, 0.3, 0.2, 0.1], np.float32)
-    raw, packed = make_experts(kernel, parts, "raw"), make_experts(kernel, parts, "packed")
+    raw, packed = make_experts(kernel, parts, "raw", bf16=bf16), make_experts(kernel, parts, "packed", bf16=bf16)
     assert sum(packed.n_exc) == 2
     results = []
     for threads in (1, 2, 3, 4):
@@ -49,31 +52,33 @@ def test_bit_identical_across_threads_repeats_and_formats(kernel: NativeKernel, 
     for r in results[1:]:
         assert R.bits_equal(r, first)
     if isa == "scalar":  # one exact anchor per test module; the numerics tests cover the rest
-        assert R.bits_equal(first, R.moe32(parts, w, x, LIMIT, ALPHA))
+        assert R.bits_equal(first, R.moe32(parts, w, x, LIMIT, ALPHA, bf16))
 
 
 def test_isas_bit_identical_to_each_other(kernel: NativeKernel, parts) -> None:
     rng = np.random.default_rng(6)
     x = rng.standard_normal(H).astype(np.float32)
     w = np.array([0.25, 0.25, 0.25, 0.25], np.float32)
-    ex = make_experts(kernel, parts, "packed")
-    outs = {}
-    for isa in kernel.available_isas():
-        kernel.set_isa(isa)
-        outs[isa] = run_token(kernel, ex, x, w)
-    for isa, out in outs.items():
-        assert R.bits_equal(out, outs["scalar"]), isa
+    for bf16 in MODES.values():
+        ex = make_experts(kernel, parts, "packed", bf16=bf16)
+        outs = {}
+        for isa in kernel.available_isas():
+            kernel.set_isa(isa)
+            outs[isa] = run_token(kernel, ex, x, w)
+        for isa, out in outs.items():
+            assert R.bits_equal(out, outs["scalar"]), (isa, bf16)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("ntok", [1, 3, 16])
-def test_multi_token_equals_repeated_single_token(kernel: NativeKernel, parts, isa: str, ntok: int) -> None:
+def test_multi_token_equals_repeated_single_token(kernel: NativeKernel, parts, isa: str, ntok: int, mode: str) -> None:
     isa_or_skip(kernel, isa)
     rng = np.random.default_rng(ntok)
     x = rng.standard_normal((ntok, H)).astype(np.float32)
     w = rng.random(ntok).astype(np.float32)
     for fmt in ("raw", "packed"):
-        ex = make_experts(kernel, parts[2:3], fmt)
+        ex = make_experts(kernel, parts[2:3], fmt, bf16=MODES[mode])
         for threads in (1, 3):
             kernel.set_threads(threads)
             out = np.full((ntok, H), np.nan, np.float32)

@@ -193,13 +193,15 @@ def test_native_misses_match_torch_and_capture_slot_bytes(tiny_ck: Checkpoint) -
     lay = ExpertLayout.for_config(tiny_ck.config)
     tor = TorchMisses(tiny_ck, lay)
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(64).astype(np.float32)
+    x = torch.from_numpy(rng.standard_normal(64).astype(np.float32)).bfloat16().float().numpy()  # bf16-exact
     w = np.array([0.5, 0.3, 0.2], dtype=np.float32)
     out_n, out_t = np.zeros(64, np.float32), np.zeros(64, np.float32)
     cap = np.full(lay.slot_bytes, 0xAB, dtype=np.uint8)
     nat.compute(2, x, [1, 4, 6], w, out_n, {4: cap})
     tor.compute(2, x, [1, 4, 6], w, out_t, {})
-    assert np.allclose(out_n, out_t, rtol=1e-4, atol=1e-5)
+    # the native misses round the SwiGLU activation to bf16 (as the GPU experts do), the torch
+    # fallback keeps it fp32: within a few bf16 roundings of the output scale
+    assert np.abs(out_n - out_t).max() <= 4e-3 * np.abs(out_t).max()
     assert np.array_equal(cap, lay.pack_expert(tiny_ck, 2, 4))
     nat.compute(2, x, [], w[:0], out_n, {})
     assert not out_n.any()
