@@ -5,7 +5,7 @@
  *
  *   cc -O2 -ffp-contract=off -std=gnu11 -pthread native/kernel_bench.c native/neural_experts.c \
  *      native/neural_isa.c native/neural_team.c -lm -o neural-kbench
- *   ./neural-kbench THREADS [GIB] [SECONDS]
+ *   ./neural-kbench THREADS [GIB] [SECONDS] [PREFETCH_BYTES]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 6; i++) ex[e].part[i] = p + s.record_offset[i];
     }
     neural_set_threads(threads);
+    if (argc > 4) neural_set_prefetch(atoi(argv[4]));
     static float x[HID], out[HID];
     float w[4] = {0.25f, 0.25f, 0.25f, 0.25f};
     for (int i = 0; i < HID; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;

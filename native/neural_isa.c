@@ -20,8 +20,9 @@ const int8_t neural_lut2_i8[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -
 float neural_scale2[256];
 /* Software prefetch distance. The rows of a group are contiguous, so a group's codes form one
    linear stream (64 B per block step for 4 rows); the kernels fetch one line per step this far
-   ahead, and the scale rows likewise. 0 turns it off. */
-int neural_prefetch_bytes = 8192;
+   ahead, and the scale rows likewise. 0 turns it off; until set, ensure_init picks the
+   measured default of the CPU vendor (neural_experts.c). */
+int neural_prefetch_bytes = -1;
 
 void neural_tables_init(void) {
     for (int s = 0; s < 256; s++) neural_scale2[s] = ldexpf(1.0f, s - 128);
