@@ -409,59 +409,100 @@ static void matrix_rows(const neural_shape *s, const neural_expert *ex, const ne
 }
 
 /* ---- one token through k experts ---- */
+/* One team run works through a list of row chunks: the gate_up chunks of every expert, then the
+   down chunks. A down chunk of expert e waits (spinning) until e's gate_up rows are all done;
+   those were handed out before any down chunk, so the wait is short and there is no barrier
+   between the phases. The down chunks shrink towards the end of the list (at least CH_MIN rows)
+   so that the threads finish together. */
+typedef struct {
+    int e, mat;
+    long r0, r1;
+} moe_unit;
+
+static moe_unit *units = NULL; /* grown on demand (under api_lock) */
+static size_t units_cap = 0;
+
+static moe_unit *unit_space(size_t n) {
+    if (n > units_cap) {
+        free(units);
+        units = (moe_unit *)malloc(n * sizeof *units);
+        units_cap = units ? n : 0;
+    }
+    return units;
+}
+
+static size_t units_bound(int k, long gu_rows, long dn_rows) {
+    return (size_t)k * (size_t)((gu_rows + dn_rows) / CH_MIN + 2);
+}
+
+static long plan_units(moe_unit *u, int k, long gu_rows, long dn_rows, int threads) {
+    long n = 0, ch = chunk_rows(gu_rows * k, threads);
+    for (int e = 0; e < k; e++)
+        for (long r = 0; r < gu_rows; r += ch) {
+            moe_unit v = {e, 0, r, r + ch < gu_rows ? r + ch : gu_rows};
+            u[n++] = v;
+        }
+    long chd = chunk_rows(dn_rows * k, threads), left = dn_rows * k;
+    for (int e = 0; e < k; e++)
+        for (long r = 0; r < dn_rows;) {
+            long c = left / (2L * (threads > 0 ? threads : 1));
+            c = (c < CH_MIN ? CH_MIN : (c > chd ? chd : c)) & ~3L;
+            moe_unit v = {e, 1, r, r + c < dn_rows ? r + c : dn_rows};
+            u[n++] = v;
+            left -= v.r1 - v.r0;
+            r = v.r1;
+        }
+    return n;
+}
+
 typedef struct {
     const neural_shape *s;
     const neural_expert *const *ex;
-    const float *w;
     int k;
-    const float *zx; /* permuted x (bf16-exact) */
-    float *act;      /* [k][I] permuted activations (bf16-exact) */
-    const uint16_t *zb; /* x as bf16 bits, natural order */
-    uint16_t *actb;     /* [k][I] activations as bf16 bits, natural order */
+    const float *zx;    /* permuted x (bf16-exact in bf16 mode) */
+    float *act;         /* [k][I] permuted activations */
+    const uint16_t *zb; /* x as bf16 bits, natural order (bf16 mode) */
+    uint16_t *actb;     /* [k][I] activations as bf16 bits, natural order (bf16 mode) */
     float *y;           /* [k][H] down outputs (bias added), summed in routing order afterwards */
-    float *out;
     const neural_kernels *kf;
-    long ch;  /* rows per chunk */
-    long cpe; /* chunks per expert */
+    const moe_unit *units;
+    long nunits;
     volatile long next;
-    long nchunks;
+    volatile long done[NEURAL_MAX_K]; /* gate_up rows finished per expert */
     volatile long err;
 } moe_job;
 
-static void moe_gate_up(void *ctx, int tid) {
+static void wait_rows(volatile long *done, long rows) {
+    for (long spins = 1; a_load(done) < rows; spins++) {
+        cpu_relax();
+        if ((spins & 1023) == 0) thread_yield();
+    }
+}
+
+static void moe_work(void *ctx, int tid) {
     moe_job *j = (moe_job *)ctx;
     const neural_shape *s = j->s;
-    long rows = 2L * s->intermediate;
+    const long I = s->intermediate, H = s->hidden;
     float h[CH_MAX];
     (void)tid;
     for (;;) {
         long c = neural_next_chunk(&j->next);
-        if (c >= j->nchunks) break;
-        int e = (int)(c / j->cpe);
-        long r0 = (c % j->cpe) * j->ch, r1 = r0 + j->ch < rows ? r0 + j->ch : rows;
-        matrix_rows(s, j->ex[e], j->kf, 0, j->zx, j->zb, r0, r1, h, &j->err);
-        float *act = j->act + (size_t)e * (size_t)s->intermediate;
-        uint16_t *actb = j->actb + (size_t)e * (size_t)s->intermediate;
-        for (long r = r0; r < r1; r += 2)
-            act[neural_perm_index((int)(r / 2))] = input_value(
-                s->bf16_inputs, swiglu(h[r - r0], h[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha), &actb[r / 2]);
-    }
-    stream_fence();
-}
-
-/* y_e rows per (expert, chunk): one long stream per chunk, like gate_up */
-static void moe_down(void *ctx, int tid) {
-    moe_job *j = (moe_job *)ctx;
-    const neural_shape *s = j->s;
-    (void)tid;
-    for (;;) {
-        long c = neural_next_chunk(&j->next);
-        if (c >= j->nchunks) break;
-        int e = (int)(c / j->cpe);
-        long r0 = (c % j->cpe) * j->ch, r1 = r0 + j->ch < s->hidden ? r0 + j->ch : s->hidden;
-        matrix_rows(s, j->ex[e], j->kf, 1, j->act + (size_t)e * (size_t)s->intermediate,
-                    j->actb + (size_t)e * (size_t)s->intermediate, r0, r1, j->y + (size_t)e * (size_t)s->hidden + r0,
-                    &j->err);
+        if (c >= j->nunits) break;
+        const moe_unit *u = &j->units[c];
+        float *act = j->act + (size_t)u->e * (size_t)I;
+        uint16_t *actb = j->actb + (size_t)u->e * (size_t)I;
+        if (u->mat == 0) {
+            matrix_rows(s, j->ex[u->e], j->kf, 0, j->zx, j->zb, u->r0, u->r1, h, &j->err);
+            for (long r = u->r0; r < u->r1; r += 2)
+                act[neural_perm_index((int)(r / 2))] = input_value(
+                    s->bf16_inputs, swiglu(h[r - u->r0], h[r - u->r0 + 1], s->swiglu_limit, s->swiglu_alpha),
+                    &actb[r / 2]);
+            a_add(&j->done[u->e], u->r1 - u->r0); /* release: the activations above are visible */
+        } else {
+            wait_rows(&j->done[u->e], 2 * I);
+            matrix_rows(s, j->ex[u->e], j->kf, 1, act, actb, u->r0, u->r1, j->y + (size_t)u->e * (size_t)H + u->r0,
+                        &j->err);
+        }
     }
     stream_fence();
 }
@@ -477,7 +518,8 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
     size_t nf = (size_t)H + (size_t)k * (size_t)I; /* floats, then as many bf16 words (+ alignment) */
     size_t yo = ((nf + 15) & ~(size_t)15) + ((nf / 2 + 16 + 15) & ~(size_t)15);
     float *buf = workspace(yo + (size_t)k * (size_t)H);
-    if (!buf) {
+    moe_unit *u = unit_space(units_bound(k, 2L * I, H));
+    if (!buf || !u) {
         nm_unlock(&api_lock);
         return NEURAL_ENOMEM;
     }
@@ -485,26 +527,20 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
     for (int i = 0; i < H; i++) buf[neural_perm_index(i)] = input_value(s->bf16_inputs, x[i], &bits[i]);
     for (int e = 0; e < k; e++)
         if (experts[e]->capture) capture_rest(s, experts[e]);
-    moe_job j;
-    memset(&j, 0, sizeof j);
-    j.s = s, j.ex = experts, j.w = weights, j.k = k, j.zx = buf, j.act = buf + H, j.out = out, j.kf = kernels_for(s);
-    j.zb = bits, j.actb = bits + H, j.y = buf + yo;
-    int nt = neural_team_size();
-    j.ch = chunk_rows(2L * I * k, nt);
-    j.cpe = (2L * I + j.ch - 1) / j.ch;
-    j.nchunks = j.cpe * k;
-    neural_team_run(moe_gate_up, &j);
-    j.next = 0;
-    j.ch = chunk_rows((long)H * k, nt);
-    j.cpe = (H + j.ch - 1) / j.ch;
-    j.nchunks = j.cpe * k;
-    neural_team_run(moe_down, &j);
+    static moe_job job; /* one call at a time (api_lock) */
+    moe_job *j = &job;
+    memset(j, 0, sizeof *j);
+    j->s = s, j->ex = experts, j->k = k, j->zx = buf, j->act = buf + H, j->kf = kernels_for(s);
+    j->zb = bits, j->actb = bits + H, j->y = buf + yo;
+    j->units = u;
+    j->nunits = plan_units(u, k, 2L * I, H, neural_team_size());
+    neural_team_run(moe_work, j);
     for (int r = 0; r < H; r++) {
-        float acc = weights[0] * j.y[r];
-        for (int e = 1; e < k; e++) acc = acc + weights[e] * j.y[(size_t)e * (size_t)H + r];
+        float acc = weights[0] * j->y[r];
+        for (int e = 1; e < k; e++) acc = acc + weights[e] * j->y[(size_t)e * (size_t)H + r];
         out[r] = acc;
     }
-    int rc = (int)j.err;
+    int rc = (int)j->err;
     nm_unlock(&api_lock);
     return rc;
 }
