@@ -2,7 +2,7 @@
 # The one call on the GPU machine's host for the native CPU expert kernel (issue 3): C self-test
 # (every ISA path bit-identical, both input modes), the native tests, `neural bench kernel` at
 # 8 and 16 threads (auto-chosen loop and the vdpbf16ps loop, bf16 inputs; fp32 inputs at 8) and
-# 1 thread; with VARIANTS=1 also the inner-loop study (engine/bench/kernel_variants.c sweep).
+# 1 thread (FORCED=0 skips the forced-loop, fp32 and prefetch runs); with VARIANTS=1 also the inner-loop study (engine/bench/kernel_variants.c sweep).
 # Usage (device tool, repo root, carry [".whl"]):  bash engine/bench/device_kernel.sh
 # Results: $OUT/kernel.txt (one "bench NAME: {json}" line per benchmark).
 set -uo pipefail
@@ -23,9 +23,10 @@ bench() {  # name, then arguments of `neural bench kernel`
   python3 -m pytest -q -p no:cacheprovider tests/native 2>&1 | tail -3
   for t in 8 16; do
     bench "$t-auto" --threads "$t"
-    bench "$t-avx512bf16" --threads "$t" --isa avx512bf16
+    [ "${FORCED:-1}" = 1 ] && bench "$t-avx512bf16" --threads "$t" --isa avx512bf16
   done
-  bench "8-auto-fp32" --threads 8 --inputs fp32
+  [ "${FORCED:-1}" = 1 ] && bench "8-auto-fp32" --threads 8 --inputs fp32
+  [ "${FORCED:-1}" = 1 ] && bench "8-auto-pf4096" --threads 8 --prefetch 4096
   bench "1-auto" --threads 1
   if [ "${VARIANTS:-0}" = 1 ]; then
     gcc -O2 -fopenmp -ffp-contract=off engine/bench/kernel_variants.c -o /tmp/kv -lm
