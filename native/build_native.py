@@ -51,6 +51,7 @@ int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int
 uint64_t neural_probe_read(const void *buf, size_t bytes);
 void neural_copy_stream(void *dst, const void *src, size_t n);
 float neural_expf(float x);
+int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 """
 
 

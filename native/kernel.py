@@ -193,6 +193,16 @@ class NativeKernel:
     def expf(self, x: float) -> float:
         return float(self.lib.neural_expf(x))
 
+    def swiglu(self, h: np.ndarray, limit: float, alpha: float) -> np.ndarray:
+        """SwiGLU of interleaved gate/up pairs on the current ISA path (the kernel's own code)."""
+        hh = np.ascontiguousarray(h, dtype=np.float32)
+        if hh.ndim != 1 or hh.size % 2:
+            raise ValueError("h must be a flat array of gate/up pairs")
+        out = np.empty(hh.size // 2, np.float32)
+        self._check(self.lib.neural_swiglu(self.ffi.cast("const float *", self.ffi.from_buffer(hh)), out.size,
+                                           limit, alpha, self.ffi.cast("float *", self.ffi.from_buffer(out))), "swiglu")
+        return out
+
 
 _lock = threading.Lock()
 _kernel: NativeKernel | None = None

@@ -230,6 +230,19 @@ static const neural_kernels *kernels_for(const neural_shape *s) {
 
 static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
+int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a) {
+    if (!h || !a || npairs < 0) return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    const neural_kernels *kf = kern;
+    int q = 0;
+    if (kf->swiglu16)
+        for (; q + 16 <= npairs; q += 16) kf->swiglu16(h + 2 * q, limit, alpha, a + q);
+    for (; q < npairs; q++) a[q] = swiglu(h[2 * q], h[2 * q + 1], limit, alpha);
+    nm_unlock(&api_lock);
+    return NEURAL_OK;
+}
+
 /* ---- record layout ---- */
 static int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 
@@ -483,7 +496,7 @@ static void moe_work(void *ctx, int tid) {
     moe_job *j = (moe_job *)ctx;
     const neural_shape *s = j->s;
     const long I = s->intermediate, H = s->hidden;
-    float h[CH_MAX];
+    float h[CH_MAX], a[CH_MAX / 2];
     (void)tid;
     for (;;) {
         long c = neural_next_chunk(&j->next);
@@ -493,10 +506,12 @@ static void moe_work(void *ctx, int tid) {
         uint16_t *actb = j->actb + (size_t)u->e * (size_t)I;
         if (u->mat == 0) {
             matrix_rows(s, j->ex[u->e], j->kf, 0, j->zx, j->zb, u->r0, u->r1, h, &j->err);
-            for (long r = u->r0; r < u->r1; r += 2)
-                act[neural_perm_index((int)(r / 2))] = input_value(
-                    s->bf16_inputs, swiglu(h[r - u->r0], h[r - u->r0 + 1], s->swiglu_limit, s->swiglu_alpha),
-                    &actb[r / 2]);
+            long np = (u->r1 - u->r0) / 2, q = 0, q0 = u->r0 / 2;
+            if (j->kf->swiglu16)
+                for (; q + 16 <= np; q += 16) j->kf->swiglu16(h + 2 * q, s->swiglu_limit, s->swiglu_alpha, a + q);
+            for (; q < np; q++) a[q] = swiglu(h[2 * q], h[2 * q + 1], s->swiglu_limit, s->swiglu_alpha);
+            for (q = 0; q < np; q++)
+                act[neural_perm_index((int)(q0 + q))] = input_value(s->bf16_inputs, a[q], &actb[q0 + q]);
             a_add(&j->done[u->e], u->r1 - u->r0); /* release: the activations above are visible */
         } else {
             wait_rows(&j->done[u->e], 2 * I);

@@ -153,6 +153,8 @@ uint64_t neural_probe_read(const void *buf, size_t bytes);
 void neural_copy_stream(void *dst, const void *src, size_t n);
 /* The canonical fp32 exp used by SwiGLU (exported for the reference tests). */
 float neural_expf(float x);
+/* a[q] = SwiGLU(h[2q], h[2q+1]) for q < npairs on the current ISA path (for the tests). */
+int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 
 #ifdef __cplusplus
 }

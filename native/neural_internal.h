@@ -40,6 +40,9 @@ typedef struct neural_kernels {
     void (*dotdec4)(const float *dec, const float *scf, const float *const z[4], int G, float out[4]);
     /* checksum of a read of n bytes (n multiple of 256, p 64-byte aligned) */
     uint64_t (*read)(const uint8_t *p, size_t n);
+    /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < 16, the exact operations of the scalar SwiGLU and
+       neural_expf (NULL: the caller uses the scalar code) */
+    void (*swiglu16)(const float *h, float limit, float alpha, float *a);
 } neural_kernels;
 
 /*

@@ -112,7 +112,7 @@ static uint64_t read_scalar(const uint8_t *p, size_t n) {
     return s;
 }
 
-const neural_kernels neural_kernels_scalar = {1, dot4_scalar, dotdec4_scalar, read_scalar};
+const neural_kernels neural_kernels_scalar = {1, dot4_scalar, dotdec4_scalar, read_scalar, NULL};
 
 #if NEURAL_X86
 /* ------------------------------------------------------------------------------------------ */
@@ -212,7 +212,7 @@ NEURAL_TARGET_AVX2 static uint64_t read_avx2(const uint8_t *p, size_t n) {
     return lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3] ^ read_scalar(p + i, n - i);
 }
 
-const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, dotdec4_avx2, read_avx2};
+const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, dotdec4_avx2, read_avx2, NULL};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
@@ -293,7 +293,51 @@ NEURAL_TARGET_AVX512 static uint64_t read_avx512(const uint8_t *p, size_t n) {
     return s ^ read_scalar(p + i, n - i);
 }
 
-const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, dotdec4_avx512, read_avx512};
+/* SwiGLU of 16 gate/up pairs: the scalar swiglu() and neural_expf() of neural_experts.c operation
+   for operation (same constants, same order, no contraction; the special cases as masks), so the
+   bits are the same; a few per cent of a token on the Xeon host went to the scalar loop. */
+NEURAL_TARGET_AVX512 static void swiglu16_avx512(const float *h, float limit, float alpha, float *a) {
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512 v0 = _mm512_loadu_ps(h), v1 = _mm512_loadu_ps(h + 16);
+    __m512 g = _mm512_permutex2var_ps(v0, ie, v1), u = _mm512_permutex2var_ps(v0, io, v1);
+    const __m512 lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit), one = _mm512_set1_ps(1.0f);
+    g = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, lim, _CMP_GT_OQ), g, lim);
+    const __mmask16 hi = _mm512_cmp_ps_mask(u, lim, _CMP_GT_OQ), lo = _mm512_cmp_ps_mask(u, nlim, _CMP_LT_OQ);
+    u = _mm512_mask_blend_ps(hi, _mm512_mask_blend_ps(lo, u, nlim), lim);
+    /* x = -(alpha * g); exp(x) as neural_expf */
+    const __m512 x = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(_mm512_mul_ps(_mm512_set1_ps(alpha), g)), _mm512_set1_epi32((int)0x80000000u)));
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __mmask16 over = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.972084045410156f), _CMP_LT_OQ);
+    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269502162933349609375f));
+    const __m512 big = _mm512_set1_ps(12582912.0f);
+    const __m512 n = _mm512_sub_ps(_mm512_add_ps(t, big), big);
+    __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(1.428606765330187045e-06f)));
+    __m512 p = _mm512_set1_ps(1.98412698e-4f);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.38888889e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.33333333e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.16666667e-2f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.66666667e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(0.5f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), one);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), one);
+    const __m512i ni = _mm512_cvttps_epi32(n);                                         /* (int)n */
+    const __m512i n1 = _mm512_srai_epi32(_mm512_add_epi32(ni, _mm512_srli_epi32(ni, 31)), 1); /* ni / 2 */
+    const __m512i n2 = _mm512_sub_epi32(ni, n1), b127 = _mm512_set1_epi32(127);
+    const __m512 p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, b127), 23));
+    const __m512 p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, b127), 23));
+    __m512 e = _mm512_mul_ps(_mm512_mul_ps(p, p1), p2);
+    e = _mm512_mask_blend_ps(under, e, _mm512_setzero_ps());
+    e = _mm512_mask_blend_ps(over, e, _mm512_set1_ps(HUGE_VALF));
+    e = _mm512_mask_blend_ps(nan, e, _mm512_add_ps(x, x));
+    const __m512 sig = _mm512_div_ps(one, _mm512_add_ps(one, e));
+    _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_add_ps(u, one)));
+}
+
+const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, dotdec4_avx512, read_avx512, swiglu16_avx512};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512 BF16: the same arithmetic with vdpbf16ps. The inputs are bf16-exact and never below
@@ -351,5 +395,5 @@ NEURAL_TARGET_AVX512BF16 static void dot4_avx512bf16(const uint8_t *const codes[
     out[3] = hsum16_avx512(a3);
 }
 
-const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, dotdec4_avx512, read_avx512};
+const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, dotdec4_avx512, read_avx512, swiglu16_avx512};
 #endif
