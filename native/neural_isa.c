@@ -223,6 +223,20 @@ NEURAL_TARGET_AVX512 static inline float hsum16_avx512(__m512 v) {
     return hsum8_avx2(lo, hi);
 }
 
+/* One line of a 4-row group's code stream per block step, and every 16th step one line of its
+   scale rows, pfd bytes ahead. */
+static inline void prefetch_step(const uint8_t *pf, const uint8_t *pfs, int g) {
+    _mm_prefetch((const char *)(pf + 64 * (size_t)g), _MM_HINT_T0);
+    if ((g & 15) == 0) _mm_prefetch((const char *)(pfs + 4 * (size_t)g), _MM_HINT_T0);
+}
+
+NEURAL_TARGET_AVX512 static inline void hsum4_avx512(__m512 a0, __m512 a1, __m512 a2, __m512 a3, float out[4]) {
+    out[0] = hsum16_avx512(a0);
+    out[1] = hsum16_avx512(a1);
+    out[2] = hsum16_avx512(a2);
+    out[3] = hsum16_avx512(a3);
+}
+
 #define AVX512_ROW(C, SC, A)                                                                      \
     do {                                                                                          \
         __m512i v_ = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((C) + 16 * g)));     \
@@ -241,20 +255,14 @@ NEURAL_TARGET_AVX512 static void dot4_avx512(const uint8_t *const codes[4], cons
     const int pfd = neural_prefetch_bytes;
     const uint8_t *pf = c0 + pfd, *pfs = s0 + pfd / 16;
     for (int g = 0; g < G; g++) {
-        if (pfd) {
-            _mm_prefetch((const char *)(pf + 64 * (size_t)g), _MM_HINT_T0);
-            if ((g & 15) == 0) _mm_prefetch((const char *)(pfs + 4 * (size_t)g), _MM_HINT_T0);
-        }
+        if (pfd) prefetch_step(pf, pfs, g);
         const __m512 ze = _mm512_loadu_ps(z + 32 * g), zo = _mm512_loadu_ps(z + 32 * g + 16);
         AVX512_ROW(c0, s0, a0);
         AVX512_ROW(c1, s1, a1);
         AVX512_ROW(c2, s2, a2);
         AVX512_ROW(c3, s3, a3);
     }
-    out[0] = hsum16_avx512(a0);
-    out[1] = hsum16_avx512(a1);
-    out[2] = hsum16_avx512(a2);
-    out[3] = hsum16_avx512(a3);
+    hsum4_avx512(a0, a1, a2, a3, out);
 }
 
 NEURAL_TARGET_AVX512 static void dotdec4_avx512(const float *dec, const float *scf, const float *const z[4],
@@ -270,10 +278,7 @@ NEURAL_TARGET_AVX512 static void dotdec4_avx512(const float *dec, const float *s
         a2 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z2 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z2 + o))), S, a2);
         a3 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z3 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z3 + o))), S, a3);
     }
-    out[0] = hsum16_avx512(a0);
-    out[1] = hsum16_avx512(a1);
-    out[2] = hsum16_avx512(a2);
-    out[3] = hsum16_avx512(a3);
+    hsum4_avx512(a0, a1, a2, a3, out);
 }
 
 NEURAL_TARGET_AVX512 static uint64_t read_avx512(const uint8_t *p, size_t n) {
@@ -378,10 +383,7 @@ NEURAL_TARGET_AVX512BF16 static void dot4_avx512bf16(const uint8_t *const codes[
     const uint8_t *pf = c0 + pfd, *pfs = s0 + pfd / 16;
     (void)z;
     for (int g = 0; g < G; g++) {
-        if (pfd) {
-            _mm_prefetch((const char *)(pf + 64 * (size_t)g), _MM_HINT_T0);
-            if ((g & 15) == 0) _mm_prefetch((const char *)(pfs + 4 * (size_t)g), _MM_HINT_T0);
-        }
+        if (pfd) prefetch_step(pf, pfs, g);
         const __m512i zz_ = _mm512_loadu_si512((const void *)(zb + 32 * (size_t)g));
         const __m512bh zz = NEURAL_AS_BH(zz_);
         BF16_ROW(c0, s0, a0);
@@ -389,10 +391,7 @@ NEURAL_TARGET_AVX512BF16 static void dot4_avx512bf16(const uint8_t *const codes[
         BF16_ROW(c2, s2, a2);
         BF16_ROW(c3, s3, a3);
     }
-    out[0] = hsum16_avx512(a0);
-    out[1] = hsum16_avx512(a1);
-    out[2] = hsum16_avx512(a2);
-    out[3] = hsum16_avx512(a3);
+    hsum4_avx512(a0, a1, a2, a3, out);
 }
 
 const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, dotdec4_avx512, read_avx512, swiglu16_avx512};

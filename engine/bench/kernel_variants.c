@@ -63,21 +63,27 @@ typedef struct {
 
 typedef void (*rows_fn)(const uint8_t *codes, const uint8_t *sc, const inputs *in, int n, float *out);
 
+/* The 4-row skeleton of the kernel: ZLOAD loads a block step's inputs, ROW does one row. */
+#define FOUR_ROW_LOOP(ZLOAD, ROW)                                                                   \
+    for (int r = 0; r < n; r += 4) {                                                                \
+        const uint8_t *c0 = codes + (size_t)r * ROWB, *c1 = c0 + ROWB, *c2 = c1 + ROWB, *c3 = c2 + ROWB; \
+        const uint8_t *s0 = sc + (size_t)r * G, *s1 = s0 + G, *s2 = s1 + G, *s3 = s2 + G;            \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                 \
+        const uint8_t *pp = c0 + pf_dist, *pps = s0 + pf_dist / 16;                                  \
+        for (int g = 0; g < G; g++) {                                                                \
+            if (pf_dist) {                                                                           \
+                pf(pp + 64 * (size_t)g);                                                             \
+                if ((g & 15) == 0) pf(pps + 4 * (size_t)g);                                          \
+            }                                                                                        \
+            ZLOAD                                                                                    \
+            ROW(c0, s0, a0) ROW(c1, s1, a1) ROW(c2, s2, a2) ROW(c3, s3, a3)                          \
+        }                                                                                            \
+        out[r] = _mm512_reduce_add_ps(a0), out[r + 1] = _mm512_reduce_add_ps(a1);                   \
+        out[r + 2] = _mm512_reduce_add_ps(a2), out[r + 3] = _mm512_reduce_add_ps(a3);               \
+    }
+
 /* ---- current kernel loop: 4 rows, fp32 ---- */
-T512 static void v_cur(const uint8_t *codes, const uint8_t *sc, const inputs *in, int n, float *out) {
-    const __m512 lut = _mm512_loadu_ps(lut2);
-    const float *z = in->zp;
-    for (int r = 0; r < n; r += 4) {
-        const uint8_t *c0 = codes + (size_t)r * ROWB, *c1 = c0 + ROWB, *c2 = c1 + ROWB, *c3 = c2 + ROWB;
-        const uint8_t *s0 = sc + (size_t)r * G, *s1 = s0 + G, *s2 = s1 + G, *s3 = s2 + G;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        const uint8_t *pp = c0 + pf_dist, *pps = s0 + pf_dist / 16;
-        for (int g = 0; g < G; g++) {
-            if (pf_dist) {
-                pf(pp + 64 * (size_t)g);
-                if ((g & 15) == 0) pf(pps + 4 * (size_t)g);
-            }
-            const __m512 ze = _mm512_loadu_ps(z + 32 * g), zo = _mm512_loadu_ps(z + 32 * g + 16);
+#define ZLOAD_F32 const __m512 ze = _mm512_loadu_ps(z + 32 * g), zo = _mm512_loadu_ps(z + 32 * g + 16);
 #define ROW(C, S, A)                                                                              \
     {                                                                                             \
         __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(C + 16 * g)));        \
@@ -85,11 +91,10 @@ T512 static void v_cur(const uint8_t *codes, const uint8_t *sc, const inputs *in
         d = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut), zo, d);         \
         A = _mm512_fmadd_ps(d, _mm512_set1_ps(scale2[S[g]]), A);                                  \
     }
-            ROW(c0, s0, a0) ROW(c1, s1, a1) ROW(c2, s2, a2) ROW(c3, s3, a3)
-        }
-        out[r] = _mm512_reduce_add_ps(a0), out[r + 1] = _mm512_reduce_add_ps(a1);
-        out[r + 2] = _mm512_reduce_add_ps(a2), out[r + 3] = _mm512_reduce_add_ps(a3);
-    }
+T512 static void v_cur(const uint8_t *codes, const uint8_t *sc, const inputs *in, int n, float *out) {
+    const __m512 lut = _mm512_loadu_ps(lut2);
+    const float *z = in->zp;
+    FOUR_ROW_LOOP(ZLOAD_F32, ROW)
 }
 
 /* ---- current loop, and a prologue that prefetches the chunk's first pf_dist bytes at once ---- */
@@ -123,61 +128,37 @@ T512 static void v_cur4pf(const uint8_t *codes, const uint8_t *sc, const inputs 
 }
 
 /* ---- bf16 activations: vpmaddwd splits nibbles into words, vpermw -> bf16 q, vdpbf16ps ---- */
-T512 static void v_bf1(const uint8_t *codes, const uint8_t *sc, const inputs *in, int n, float *out) {
-    const __m512i lut = _mm512_loadu_si512(lutbf), mul = _mm512_set1_epi32(0x1001);
-    const uint16_t *zb = in->zb;
-    for (int r = 0; r < n; r += 4) {
-        const uint8_t *c0 = codes + (size_t)r * ROWB, *c1 = c0 + ROWB, *c2 = c1 + ROWB, *c3 = c2 + ROWB;
-        const uint8_t *s0 = sc + (size_t)r * G, *s1 = s0 + G, *s2 = s1 + G, *s3 = s2 + G;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        const uint8_t *pp = c0 + pf_dist, *pps = s0 + pf_dist / 16;
-        for (int g = 0; g < G; g++) {
-            if (pf_dist) {
-                pf(pp + 64 * (size_t)g);
-                if ((g & 15) == 0) pf(pps + 4 * (size_t)g);
-            }
-            const __m512bh zz = (__m512bh)_mm512_loadu_si512(zb + 32 * g);
-#define ROWB1(C, S, A)                                                                            \
+#define ZLOAD_BF16 const __m512bh zz = (__m512bh)_mm512_loadu_si512(zb + 32 * g);
+/* one row's block: IDX(C) gives dword l = (low nibble, high nibble) of byte l as word indices */
+#define ROW_BF16(C, S, A, IDX)                                                                    \
     {                                                                                             \
-        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(C + 16 * g)));        \
-        v = _mm512_permutexvar_epi16(_mm512_madd_epi16(v, mul), lut);                             \
+        __m512i v = _mm512_permutexvar_epi16(IDX(C), lut);                                        \
         __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)v, zz);                        \
         A = _mm512_fmadd_ps(d, _mm512_set1_ps(scale2[S[g]]), A);                                  \
     }
-            ROWB1(c0, s0, a0) ROWB1(c1, s1, a1) ROWB1(c2, s2, a2) ROWB1(c3, s3, a3)
-        }
-        out[r] = _mm512_reduce_add_ps(a0), out[r + 1] = _mm512_reduce_add_ps(a1);
-        out[r + 2] = _mm512_reduce_add_ps(a2), out[r + 3] = _mm512_reduce_add_ps(a3);
-    }
+#define IDX_MADD(C) _mm512_madd_epi16(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(C + 16 * g))), mul)
+#define IDX_MSHIFT(C) \
+    _mm512_multishift_epi64_epi8(ctl, _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(C + 16 * g))))
+#define ROWB1(C, S, A) ROW_BF16(C, S, A, IDX_MADD)
+#define ROWB1M(C, S, A) ROW_BF16(C, S, A, IDX_MSHIFT)
+T512 static void v_bf1(const uint8_t *codes, const uint8_t *sc, const inputs *in, int n, float *out) {
+    const __m512i lut = _mm512_loadu_si512(lutbf), mul = _mm512_set1_epi32(0x1001);
+    const uint16_t *zb = in->zb;
+    FOUR_ROW_LOOP(ZLOAD_BF16, ROWB1)
 }
 
 /* ---- as bf1, but the nibble split is vpmovzxwq + vpmultishiftqb (port 5 on Intel, not 0) ---- */
 T512 static void v_bf1ms(const uint8_t *codes, const uint8_t *sc, const inputs *in, int n, float *out) {
     const __m512i lut = _mm512_loadu_si512(lutbf), ctl = _mm512_set1_epi64(0x0C0C080804040000ll);
     const uint16_t *zb = in->zb;
-    for (int r = 0; r < n; r += 4) {
-        const uint8_t *c0 = codes + (size_t)r * ROWB, *c1 = c0 + ROWB, *c2 = c1 + ROWB, *c3 = c2 + ROWB;
-        const uint8_t *s0 = sc + (size_t)r * G, *s1 = s0 + G, *s2 = s1 + G, *s3 = s2 + G;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        const uint8_t *pp = c0 + pf_dist, *pps = s0 + pf_dist / 16;
-        for (int g = 0; g < G; g++) {
-            if (pf_dist) {
-                pf(pp + 64 * (size_t)g);
-                if ((g & 15) == 0) pf(pps + 4 * (size_t)g);
-            }
-            const __m512bh zz = (__m512bh)_mm512_loadu_si512(zb + 32 * g);
-#define ROWB1M(C, S, A)                                                                           \
-    {                                                                                             \
-        __m512i v = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(C + 16 * g)));       \
-        v = _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(ctl, v), lut);                  \
-        __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)v, zz);                        \
-        A = _mm512_fmadd_ps(d, _mm512_set1_ps(scale2[S[g]]), A);                                  \
-    }
-            ROWB1M(c0, s0, a0) ROWB1M(c1, s1, a1) ROWB1M(c2, s2, a2) ROWB1M(c3, s3, a3)
-        }
-        out[r] = _mm512_reduce_add_ps(a0), out[r + 1] = _mm512_reduce_add_ps(a1);
-        out[r + 2] = _mm512_reduce_add_ps(a2), out[r + 3] = _mm512_reduce_add_ps(a3);
-    }
+    FOUR_ROW_LOOP(ZLOAD_BF16, ROWB1M)
+}
+
+/* code and scale rows r..r+3, accumulators zeroed */
+T512 static void four_rows(const uint8_t *codes, const uint8_t *sc, int r, const uint8_t *c[4], const uint8_t *s[4],
+                           __m512 a[4]) {
+    for (int i = 0; i < 4; i++)
+        c[i] = codes + (size_t)(r + i) * ROWB, s[i] = sc + (size_t)(r + i) * G, a[i] = _mm512_setzero_ps();
 }
 
 /* ---- bf16, 64 weights per step: vpmovzxbw, vpermw lo / hi, two vdpbf16ps from zero ---- */
@@ -185,11 +166,9 @@ T512 static void v_bf2(const uint8_t *codes, const uint8_t *sc, const inputs *in
     const __m512i lut = _mm512_loadu_si512(lutbf);
     const uint16_t *zb = in->zb; /* layout per 2 blocks: 32 words lo-nibble x, 32 words hi-nibble x */
     for (int r = 0; r < n; r += 4) {
-        const uint8_t *c[4] = {codes + (size_t)r * ROWB, codes + (size_t)(r + 1) * ROWB,
-                               codes + (size_t)(r + 2) * ROWB, codes + (size_t)(r + 3) * ROWB};
-        const uint8_t *s[4] = {sc + (size_t)r * G, sc + (size_t)(r + 1) * G, sc + (size_t)(r + 2) * G,
-                               sc + (size_t)(r + 3) * G};
-        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        const uint8_t *c[4], *s[4];
+        __m512 a[4];
+        four_rows(codes, sc, r, c, s, a);
         const uint8_t *pp = c[0] + pf_dist;
         for (int g = 0; g < G; g += 2) {
             if (pf_dist) {
@@ -223,11 +202,9 @@ T512 static void v_trick(const uint8_t *codes, const uint8_t *sc, const inputs *
     const __m512i rep = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     const __m512i minb = _mm512_set1_epi32(0x400000);
     for (int r = 0; r < n; r += 4) {
-        const uint8_t *c[4] = {codes + (size_t)r * ROWB, codes + (size_t)(r + 1) * ROWB,
-                               codes + (size_t)(r + 2) * ROWB, codes + (size_t)(r + 3) * ROWB};
-        const uint8_t *s[4] = {sc + (size_t)r * G, sc + (size_t)(r + 1) * G, sc + (size_t)(r + 2) * G,
-                               sc + (size_t)(r + 3) * G};
-        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        const uint8_t *c[4], *s[4];
+        __m512 a[4];
+        four_rows(codes, sc, r, c, s, a);
         const uint8_t *pp = c[0] + pf_dist;
         for (int g = 0; g < G; g += 4) { /* 4 blocks per step; G = 90: last step has 2 (masked) */
             __mmask16 m = g + 4 <= G ? 0xFFFF : 0x00FF;
