@@ -253,7 +253,11 @@ def stage_a(b: Bench) -> dict[str, Any]:
     be = b.backend(ck, refresh_every=0)
     n_static = b.calibrate(be, 32, seed=5)
     be.decoder.record_routing = []
-    got = [be.forward(prompt)]
+    # the prompt token by token through decode steps: the prompt path records no routing, and
+    # the forced reference needs the GPU's expert choice at every position
+    for t in prompt[:-1]:
+        be.forward([t])
+    got = [be.forward(prompt[-1:])]
     toks: list[int] = []
     for _ in range(n_gen):
         toks.append(int(got[-1].argmax()))
