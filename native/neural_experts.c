@@ -617,8 +617,8 @@ static void tok_gate_up(void *ctx, int tid) {
         for (int t = 0; t < j->ntok; t++) {
             float *act = j->act + (size_t)t * (size_t)s->intermediate, *ht = h + (size_t)t * CH_TOK_GATE_UP;
             for (long r = r0; r < r1; r += 2)
-                act[neural_perm_index((int)(r / 2))] =
-                    input_value(s->bf16_inputs, swiglu(ht[r - r0], ht[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha), &unused);
+                act[neural_perm_index((int)(r / 2))] = input_value(
+                    s->bf16_inputs, swiglu(ht[r - r0], ht[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha), &unused);
         }
     }
     stream_fence();
@@ -635,7 +635,8 @@ static void tok_down(void *ctx, int tid) {
         token_rows(j, tid, r0, r1, j->act, s->intermediate, y, CH_TOK_DOWN);
         for (int t = 0; t < j->ntok; t++)
             for (long r = r0; r < r1; r++)
-                j->out[(size_t)t * (size_t)s->hidden + (size_t)r] = j->w[t] * y[(size_t)t * CH_TOK_DOWN + (size_t)(r - r0)];
+                j->out[(size_t)t * (size_t)s->hidden + (size_t)r] =
+                    j->w[t] * y[(size_t)t * CH_TOK_DOWN + (size_t)(r - r0)];
     }
     stream_fence();
 }
