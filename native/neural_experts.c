@@ -230,15 +230,19 @@ static const neural_kernels *kernels_for(const neural_shape *s) {
 
 static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
+/* a[q] = SwiGLU(h[2q], h[2q+1]): 16 pairs at a time where the ISA has a vector version */
+static void swiglu_pairs(const neural_kernels *kf, const float *h, long npairs, float limit, float alpha, float *a) {
+    long q = 0;
+    if (kf->swiglu16)
+        for (; q + 16 <= npairs; q += 16) kf->swiglu16(h + 2 * q, limit, alpha, a + q);
+    for (; q < npairs; q++) a[q] = swiglu(h[2 * q], h[2 * q + 1], limit, alpha);
+}
+
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a) {
     if (!h || !a || npairs < 0) return NEURAL_EINVAL;
     nm_lock(&api_lock);
     ensure_init();
-    const neural_kernels *kf = kern;
-    int q = 0;
-    if (kf->swiglu16)
-        for (; q + 16 <= npairs; q += 16) kf->swiglu16(h + 2 * q, limit, alpha, a + q);
-    for (; q < npairs; q++) a[q] = swiglu(h[2 * q], h[2 * q + 1], limit, alpha);
+    swiglu_pairs(kern, h, npairs, limit, alpha, a);
     nm_unlock(&api_lock);
     return NEURAL_OK;
 }
@@ -432,18 +436,6 @@ typedef struct {
     long r0, r1;
 } moe_unit;
 
-static moe_unit *units = NULL; /* grown on demand (under api_lock) */
-static size_t units_cap = 0;
-
-static moe_unit *unit_space(size_t n) {
-    if (n > units_cap) {
-        free(units);
-        units = (moe_unit *)malloc(n * sizeof *units);
-        units_cap = units ? n : 0;
-    }
-    return units;
-}
-
 static size_t units_bound(int k, long gu_rows, long dn_rows) {
     return (size_t)k * (size_t)((gu_rows + dn_rows) / CH_MIN + 2);
 }
@@ -506,11 +498,9 @@ static void moe_work(void *ctx, int tid) {
         uint16_t *actb = j->actb + (size_t)u->e * (size_t)I;
         if (u->mat == 0) {
             matrix_rows(s, j->ex[u->e], j->kf, 0, j->zx, j->zb, u->r0, u->r1, h, &j->err);
-            long np = (u->r1 - u->r0) / 2, q = 0, q0 = u->r0 / 2;
-            if (j->kf->swiglu16)
-                for (; q + 16 <= np; q += 16) j->kf->swiglu16(h + 2 * q, s->swiglu_limit, s->swiglu_alpha, a + q);
-            for (; q < np; q++) a[q] = swiglu(h[2 * q], h[2 * q + 1], s->swiglu_limit, s->swiglu_alpha);
-            for (q = 0; q < np; q++)
+            long np = (u->r1 - u->r0) / 2, q0 = u->r0 / 2;
+            swiglu_pairs(j->kf, h, np, s->swiglu_limit, s->swiglu_alpha, a);
+            for (long q = 0; q < np; q++)
                 act[neural_perm_index((int)(q0 + q))] = input_value(s->bf16_inputs, a[q], &actb[q0 + q]);
             a_add(&j->done[u->e], u->r1 - u->r0); /* release: the activations above are visible */
         } else {
@@ -532,9 +522,10 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
     int H = s->hidden, I = s->intermediate;
     size_t nf = (size_t)H + (size_t)k * (size_t)I; /* floats, then as many bf16 words (+ alignment) */
     size_t yo = ((nf + 15) & ~(size_t)15) + ((nf / 2 + 16 + 15) & ~(size_t)15);
-    float *buf = workspace(yo + (size_t)k * (size_t)H);
-    moe_unit *u = unit_space(units_bound(k, 2L * I, H));
-    if (!buf || !u) {
+    size_t uo = (yo + (size_t)k * (size_t)H + 15) & ~(size_t)15; /* the chunk list, after y */
+    size_t ufloats = (units_bound(k, 2L * I, H) * sizeof(moe_unit) + sizeof(float) - 1) / sizeof(float);
+    float *buf = workspace(uo + ufloats);
+    if (!buf) {
         nm_unlock(&api_lock);
         return NEURAL_ENOMEM;
     }
@@ -547,8 +538,8 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
     memset(j, 0, sizeof *j);
     j->s = s, j->ex = experts, j->k = k, j->zx = buf, j->act = buf + H, j->kf = kernels_for(s);
     j->zb = bits, j->actb = bits + H, j->y = buf + yo;
-    j->units = u;
-    j->nunits = plan_units(u, k, 2L * I, H, neural_team_size());
+    j->units = (moe_unit *)(buf + uo);
+    j->nunits = plan_units((moe_unit *)(buf + uo), k, 2L * I, H, neural_team_size());
     neural_team_run(moe_work, j);
     for (int r = 0; r < H; r++) {
         float acc = weights[0] * j->y[r];
