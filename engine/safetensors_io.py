@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +129,22 @@ class TensorSpec:
         return int(np.prod(self.shape, dtype=np.int64)) * DTYPES[self.dtype][1]
 
 
+def encode_header(entries: Iterable[tuple[str, str, Sequence[int], int]],
+                  metadata: dict[str, str] | None = None) -> tuple[bytes, int]:
+    """The length-prefixed safetensors header for (name, dtype, shape, nbytes) tensors laid out
+    back to back in that order, padded so the data starts 8-byte aligned; and the data's size."""
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = metadata
+    off = 0
+    for name, dtype, shape, nbytes in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + nbytes]}
+        off += nbytes
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    return struct.pack("<Q", len(hb)) + hb, off
+
+
 def write_safetensors(
     path: str | Path,
     specs: Iterable[TensorSpec],
@@ -137,20 +153,11 @@ def write_safetensors(
 ) -> int:
     """Stream tensors into a safetensors file (atomically: temp file, then rename)."""
     specs = list(specs)
-    header: dict[str, object] = {}
-    if metadata:
-        header["__metadata__"] = metadata
-    off = 0
-    for s in specs:
-        header[s.name] = {"dtype": s.dtype, "shape": list(s.shape), "data_offsets": [off, off + s.nbytes]}
-        off += s.nbytes
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * (-len(hb) % 8)  # align tensor data to 8 bytes
+    head, total = encode_header(((s.name, s.dtype, s.shape, s.nbytes) for s in specs), metadata)
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)))
-        f.write(hb)
+        f.write(head)
         for s in specs:
             arr = np.ascontiguousarray(s.produce())
             if arr.nbytes != s.nbytes:
@@ -159,4 +166,4 @@ def write_safetensors(
             if progress is not None:
                 progress(s.nbytes)
     os.replace(tmp, path)
-    return off
+    return total

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +26,7 @@ import numpy as np
 
 from ..checkpoint import INDEX_NAME, SINGLE_NAME, Checkpoint, expected_tensors
 from ..config import ModelConfig
-from ..safetensors_io import DTYPES, CheckpointError, SafetensorsFile
+from ..safetensors_io import DTYPES, CheckpointError, SafetensorsFile, encode_header
 from ..tokenizer import build_synthetic_tokenizer
 from .routing import DriftTables, RoutingSpec, token_topics
 from .shapes import SynthShape
@@ -54,17 +53,10 @@ class _Tensor:
 def _write_shard(path: Path, tensors: list[_Tensor], tick: Callable[[int], None]) -> None:
     """One safetensors file, streamed chunk by chunk (temp file, then rename: a hard-linked
     file at ``path`` is replaced, never written through)."""
-    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
-    off = 0
-    for t in tensors:
-        header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [off, off + t.nbytes]}
-        off += t.nbytes
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * (-len(hb) % 8)  # align tensor data to 8 bytes
+    head, _ = encode_header(((t.name, t.dtype, t.shape, t.nbytes) for t in tensors), {"format": "pt"})
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)))
-        f.write(hb)
+        f.write(head)
         for t in tensors:
             done = 0
             for chunk in t.chunks():
