@@ -74,6 +74,17 @@ def test_layer_estimate_grows_with_layers_and_slow_disks():
     assert experts == 4 * 128 * 13_236_480 and total > experts + 2 * 201088 * 2880 * 2
 
 
+def assert_gone(pid: int, why: str) -> None:
+    """Fail with ``why`` unless process ``pid`` exits within 5 s."""
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(why)
+
+
 def test_run_child_kills_the_whole_group_on_timeout(tmp_path):
     marker = tmp_path / "grandchild.pid"
     code = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "
@@ -83,15 +94,7 @@ def test_run_child_kills_the_whole_group_on_timeout(tmp_path):
     rc, out, _secs = br.run_child([sys.executable, "-c", code], 3.0)
     assert rc is None and time.monotonic() - t0 < 20
     assert br.last_json(out) == {"a": 1}  # what it printed before the kill comes back
-    pid = int(marker.read_text())
-    for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the grandchild survived the timeout")
+    assert_gone(int(marker.read_text()), "the grandchild survived the timeout")
 
 
 def test_render_md_with_failures_and_skips():
@@ -181,14 +184,7 @@ def test_sigterm_kills_the_running_scenario_and_keeps_the_report(tmp_path):
     assert proc.returncode == 1
     rep = json.loads((out / "residency.json").read_text())
     assert "signal" in rep["error"] and "signal" in stdout
-    for _ in range(50):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the scenario process outlived the suite")
+    assert_gone(child, "the scenario process outlived the suite")
 
 
 def test_canary_verdicts():
