@@ -512,23 +512,16 @@ static void moe_work(void *ctx, int tid) {
     stream_fence();
 }
 
-int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
-                     const float *x, float *out) {
-    if (!shape_ok(s) || !experts || !weights || !x || !out || k < 1 || k > NEURAL_MAX_K) return NEURAL_EINVAL;
-    for (int e = 0; e < k; e++)
-        if (!expert_ok(experts[e])) return NEURAL_EINVAL;
-    nm_lock(&api_lock);
-    ensure_init();
+/* the one-token call, under api_lock (also the multi-token call's path for one token) */
+static int moe_token_locked(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                            const float *x, float *out) {
     int H = s->hidden, I = s->intermediate;
     size_t nf = (size_t)H + (size_t)k * (size_t)I; /* floats, then as many bf16 words (+ alignment) */
     size_t yo = ((nf + 15) & ~(size_t)15) + ((nf / 2 + 16 + 15) & ~(size_t)15);
     size_t uo = (yo + (size_t)k * (size_t)H + 15) & ~(size_t)15; /* the chunk list, after y */
     size_t ufloats = (units_bound(k, 2L * I, H) * sizeof(moe_unit) + sizeof(float) - 1) / sizeof(float);
     float *buf = workspace(uo + ufloats);
-    if (!buf) {
-        nm_unlock(&api_lock);
-        return NEURAL_ENOMEM;
-    }
+    if (!buf) return NEURAL_ENOMEM;
     uint16_t *bits = (uint16_t *)(buf + ((nf + 15) & ~(size_t)15));
     for (int i = 0; i < H; i++) buf[neural_perm_index(i)] = input_value(s->bf16_inputs, x[i], &bits[i]);
     for (int e = 0; e < k; e++)
@@ -546,21 +539,36 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
         for (int e = 1; e < k; e++) acc = acc + weights[e] * j->y[(size_t)e * (size_t)H + r];
         out[r] = acc;
     }
-    int rc = (int)j->err;
+    return (int)j->err;
+}
+
+int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                     const float *x, float *out) {
+    if (!shape_ok(s) || !experts || !weights || !x || !out || k < 1 || k > NEURAL_MAX_K) return NEURAL_EINVAL;
+    for (int e = 0; e < k; e++)
+        if (!expert_ok(experts[e])) return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    int rc = moe_token_locked(s, experts, weights, k, x, out);
     nm_unlock(&api_lock);
     return rc;
 }
 
 /* ---- up to 16 tokens through one expert ---- */
+/* Rows go in groups of 4: their blocks are decoded once (NEURAL_TOK_SEG at a time, into L1) and
+   every token then runs the canonical per-lane arithmetic on them from register tiles of 4 rows x
+   up to 4 tokens, so the decode and the code bytes are shared by all the tokens. */
 typedef struct {
     const neural_shape *s;
     const neural_expert *ex;
     int ntok;
-    const float *zx; /* [ntok][H] permuted inputs */
-    float *act;      /* [ntok][I] permuted activations */
+    const float *zx;     /* [ntok][H] permuted inputs (bf16-exact in bf16 mode) */
+    const uint16_t *zb;  /* [ntok][H] the same as bf16 bits, natural order (bf16 mode) */
+    float *act;          /* [ntok][I] permuted activations */
+    uint16_t *actb;      /* [ntok][I] activations as bf16 bits, natural order (bf16 mode) */
     const float *w;
     float *out;
-    float *scratch; /* per thread: decoded row, block scales, [ntok][CH_TOK_GATE_UP] */
+    float *scratch; /* per thread: accumulators, decoded q and scales, results */
     size_t stride;
     const neural_kernels *kf;
     int mat;
@@ -569,26 +577,60 @@ typedef struct {
     volatile long err;
 } tok_job;
 
-/* res[t][r - r0] = dot(row r, z_t) + bias for every token t, decoding each row once */
-static void token_rows(tok_job *j, int tid, long r0, long r1, const float *z, long zstride, float *res, long rstride) {
+#define TOK_ACC 0                                           /* [4][NEURAL_TOK_ACC_ROW] */
+#define TOK_Q (TOK_ACC + 4 * NEURAL_TOK_ACC_ROW)             /* [4][SEG][32] fp32 (or bf16) */
+#define TOK_S (TOK_Q + 4 * NEURAL_TOK_SEG * 32)              /* [4][SEG] */
+#define TOK_RES (TOK_S + 4 * NEURAL_TOK_SEG)                 /* [16][CH_TOK_GATE_UP] */
+#define TOK_A (TOK_RES + NEURAL_MAX_TOKENS * CH_TOK_GATE_UP) /* [CH_TOK_GATE_UP / 2] */
+#define TOK_STRIDE (TOK_A + CH_TOK_GATE_UP / 2 + 16)
+
+static float reduce16(const float *acc) {
+    float a[16];
+    memcpy(a, acc, sizeof a);
+    for (int i = 8; i >= 1; i >>= 1)
+        for (int l = 0; l < i; l++) a[l] = a[l] + a[l + i];
+    return a[0];
+}
+
+/* res[t][r - r0] = dot(row r, input t) + bias for every token t and r in [r0, r1) */
+static void token_rows(tok_job *j, float *scr, long r0, long r1, const float *zf, const uint16_t *zb, long zstride,
+                       float *res, long rstride) {
     const neural_shape *s = j->s;
     const neural_expert *ex = j->ex;
-    int mat = j->mat, G = mat ? s->intermediate / 32 : s->hidden / 32;
+    const neural_kernels *kf = j->kf;
+    int mat = j->mat, G = mat ? s->intermediate / 32 : s->hidden / 32, ntok = j->ntok;
     const uint8_t *codes = ex->part[mat ? NEURAL_PART_DN_CODES : NEURAL_PART_GU_CODES];
     const uint8_t *bias = ex->part[mat ? NEURAL_PART_DN_BIAS : NEURAL_PART_GU_BIAS];
-    float *dec = j->scratch + (size_t)tid * j->stride, *scf = dec + (size_t)G * 32;
-    uint8_t sbuf[NEURAL_MAX_G + 32];
-    for (long r = r0; r < r1; r++) {
-        const uint8_t *sp = row_scales(s, ex, mat, r, G, sbuf, &j->err);
-        neural_decode_row(codes + (size_t)r * (size_t)G * 16, sp, G, dec, scf);
-        float b = bf16_at(bias, r);
-        for (int t = 0; t < j->ntok; t += 4) {
-            const float *zp[4];
-            float o[4];
-            int n = j->ntok - t < 4 ? j->ntok - t : 4;
-            for (int i = 0; i < 4; i++) zp[i] = z + (size_t)(t + (i < n ? i : n - 1)) * (size_t)zstride;
-            j->kf->dotdec4(dec, scf, zp, G, o);
-            for (int i = 0; i < n; i++) res[(size_t)(t + i) * (size_t)rstride + (size_t)(r - r0)] = o[i] + b;
+    float *acc = scr + TOK_ACC, *S = scr + TOK_S;
+    void *q = scr + TOK_Q;
+    uint8_t sbuf[4][NEURAL_MAX_G + 32];
+    for (long r = r0; r < r1; r += 4) {
+        int n = (int)(r1 - r < 4 ? r1 - r : 4);
+        const uint8_t *cp[4], *sp[4];
+        for (int i = 0; i < 4; i++) {
+            long rr = r + (i < n ? i : n - 1);
+            cp[i] = codes + (size_t)rr * (size_t)G * 16;
+            sp[i] = i < n ? row_scales(s, ex, mat, rr, G, sbuf[i], &j->err) : sp[n - 1];
+        }
+        for (int i = 0; i < 4; i++) memset(acc + i * NEURAL_TOK_ACC_ROW, 0, (size_t)ntok * 16 * sizeof(float));
+        for (int g0 = 0; g0 < G; g0 += NEURAL_TOK_SEG) {
+            int nb = G - g0 < NEURAL_TOK_SEG ? G - g0 : NEURAL_TOK_SEG;
+            kf->decode4(cp, sp, g0, nb, q, S);
+            for (int t0 = 0; t0 < ntok; t0 += 4) {
+                int nt = ntok - t0 < 4 ? ntok - t0 : 4;
+                const void *zp[4];
+                for (int i = 0; i < nt; i++) {
+                    size_t o = (size_t)(t0 + i) * (size_t)zstride + 32 * (size_t)g0;
+                    zp[i] = kf->tok_bf16 ? (const void *)(zb + o) : (const void *)(zf + o);
+                }
+                kf->tile4(q, S, nb, zp, nt, acc + 16 * t0);
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            float b = bf16_at(bias, r + i);
+            for (int t = 0; t < ntok; t++)
+                res[(size_t)t * (size_t)rstride + (size_t)(r - r0 + i)] =
+                    reduce16(acc + i * NEURAL_TOK_ACC_ROW + 16 * t) + b;
         }
     }
     if (ex->capture) capture_rows(s, ex, mat, r0, r1);
@@ -597,19 +639,20 @@ static void token_rows(tok_job *j, int tid, long r0, long r1, const float *z, lo
 static void tok_gate_up(void *ctx, int tid) {
     tok_job *j = (tok_job *)ctx;
     const neural_shape *s = j->s;
-    long rows = 2L * s->intermediate;
-    float *h = j->scratch + (size_t)tid * j->stride + (size_t)NEURAL_MAX_G * 33;
-    uint16_t unused;
+    long rows = 2L * s->intermediate, I = s->intermediate;
+    float *scr = j->scratch + (size_t)tid * j->stride, *h = scr + TOK_RES, *a = scr + TOK_A;
     for (;;) {
         long c = neural_next_chunk(&j->next);
         if (c >= j->nchunks) break;
         long r0 = c * CH_TOK_GATE_UP, r1 = r0 + CH_TOK_GATE_UP < rows ? r0 + CH_TOK_GATE_UP : rows;
-        token_rows(j, tid, r0, r1, j->zx, s->hidden, h, CH_TOK_GATE_UP);
+        token_rows(j, scr, r0, r1, j->zx, j->zb, s->hidden, h, CH_TOK_GATE_UP);
+        long np = (r1 - r0) / 2, q0 = r0 / 2;
         for (int t = 0; t < j->ntok; t++) {
-            float *act = j->act + (size_t)t * (size_t)s->intermediate, *ht = h + (size_t)t * CH_TOK_GATE_UP;
-            for (long r = r0; r < r1; r += 2)
-                act[neural_perm_index((int)(r / 2))] = input_value(
-                    s->bf16_inputs, swiglu(ht[r - r0], ht[r - r0 + 1], s->swiglu_limit, s->swiglu_alpha), &unused);
+            float *act = j->act + (size_t)t * (size_t)I;
+            uint16_t *actb = j->actb + (size_t)t * (size_t)I;
+            swiglu_pairs(j->kf, h + (size_t)t * CH_TOK_GATE_UP, np, s->swiglu_limit, s->swiglu_alpha, a);
+            for (long q = 0; q < np; q++)
+                act[neural_perm_index((int)(q0 + q))] = input_value(s->bf16_inputs, a[q], &actb[q0 + q]);
         }
     }
     stream_fence();
@@ -618,12 +661,12 @@ static void tok_gate_up(void *ctx, int tid) {
 static void tok_down(void *ctx, int tid) {
     tok_job *j = (tok_job *)ctx;
     const neural_shape *s = j->s;
-    float *y = j->scratch + (size_t)tid * j->stride + (size_t)NEURAL_MAX_G * 33;
+    float *scr = j->scratch + (size_t)tid * j->stride, *y = scr + TOK_RES;
     for (;;) {
         long c = neural_next_chunk(&j->next);
         if (c >= j->nchunks) break;
         long r0 = c * CH_TOK_DOWN, r1 = r0 + CH_TOK_DOWN < s->hidden ? r0 + CH_TOK_DOWN : s->hidden;
-        token_rows(j, tid, r0, r1, j->act, s->intermediate, y, CH_TOK_DOWN);
+        token_rows(j, scr, r0, r1, j->act, j->actb, s->intermediate, y, CH_TOK_DOWN);
         for (int t = 0; t < j->ntok; t++)
             for (long r = r0; r < r1; r++)
                 j->out[(size_t)t * (size_t)s->hidden + (size_t)r] =
@@ -638,25 +681,32 @@ int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int
         return NEURAL_EINVAL;
     nm_lock(&api_lock);
     ensure_init();
+    if (ntok == 1) { /* out = w * expert(x): the one-token call's arithmetic, and its streaming loop */
+        int rc = moe_token_locked(s, &expert, weights, 1, x, out);
+        nm_unlock(&api_lock);
+        return rc;
+    }
     int H = s->hidden, I = s->intermediate, nt = neural_team_size();
-    size_t stride = (size_t)NEURAL_MAX_G * 33 + (size_t)NEURAL_MAX_TOKENS * CH_TOK_GATE_UP;
-    stride = (stride + 15) & ~(size_t)15;
-    size_t io = (size_t)ntok * ((size_t)H + (size_t)I);
-    float *buf = workspace(io + stride * (size_t)nt);
+    size_t nio = (size_t)ntok * ((size_t)H + (size_t)I); /* floats, then as many bf16 words */
+    size_t so = (nio + 15) & ~(size_t)15, xo = so + ((nio / 2 + 16 + 15) & ~(size_t)15);
+    size_t stride = ((size_t)TOK_STRIDE + 15) & ~(size_t)15;
+    float *buf = workspace(xo + stride * (size_t)nt);
     if (!buf) {
         nm_unlock(&api_lock);
         return NEURAL_ENOMEM;
     }
+    uint16_t *bits = (uint16_t *)(buf + so);
     for (int t = 0; t < ntok; t++)
         for (int i = 0; i < H; i++) {
-            uint16_t unused;
-            buf[(size_t)t * H + neural_perm_index(i)] = input_value(s->bf16_inputs, x[(size_t)t * H + i], &unused);
+            size_t o = (size_t)t * H;
+            buf[o + neural_perm_index(i)] = input_value(s->bf16_inputs, x[o + i], &bits[o + i]);
         }
     if (expert->capture) capture_rest(s, expert);
     tok_job j;
     memset(&j, 0, sizeof j);
-    j.s = s, j.ex = expert, j.ntok = ntok, j.zx = buf, j.act = buf + (size_t)ntok * H, j.w = weights, j.out = out;
-    j.scratch = buf + io, j.stride = stride, j.kf = kernels_for(s);
+    j.s = s, j.ex = expert, j.ntok = ntok, j.zx = buf, j.zb = bits, j.w = weights, j.out = out;
+    j.act = buf + (size_t)ntok * H, j.actb = bits + (size_t)ntok * H;
+    j.scratch = buf + xo, j.stride = stride, j.kf = kernels_for(s);
     j.mat = 0;
     j.nchunks = (2L * I + CH_TOK_GATE_UP - 1) / CH_TOK_GATE_UP;
     neural_team_run(tok_gate_up, &j);

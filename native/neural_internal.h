@@ -23,6 +23,8 @@
 #endif
 
 #define NEURAL_MAX_G (16384 / 32)
+#define NEURAL_TOK_SEG 16                 /* blocks per decode4 call: 4 rows x 16 blocks = 8 KB of fp32 q */
+#define NEURAL_TOK_ACC_ROW (16 * 16)      /* floats per row in the accumulator tile (16 tokens x 16 lanes) */
 
 /* 2 * E2M1 value per 4-bit code, and S(s) = 2^(s-128) per scale byte. */
 extern const float neural_lut2[16];
@@ -36,8 +38,16 @@ typedef struct neural_kernels {
        same bf16-exact input as bf16 bits in natural order (for the vdpbf16ps path). */
     void (*dot4)(const uint8_t *const codes[4], const uint8_t *const scales[4], const float *z, const uint16_t *zb,
                  int G, float out[4]);
-    /* 1 decoded row x 4 inputs: dec = [G][32] q values (16 low-nibble lanes, 16 high), scf = S per block. */
-    void (*dotdec4)(const float *dec, const float *scf, const float *const z[4], int G, float out[4]);
+    /* Multi-token calls (see NEURAL_TOK_* below). decode4: blocks g0..g0+nb-1 of 4 rows, decoded
+       once into q = [4][nb][32] (tok_bf16 = 0: fp32 q values, 16 low-nibble lanes then 16 high;
+       1: bf16 q bits in natural element order) and S = [4][nb] scales. tile4: for nt (1..4)
+       tokens, acc[r * NEURAL_TOK_ACC_ROW + t * 16 + l] (lane l of the canonical accumulator of
+       row r, token t) continues the dot product over those nb blocks; z[t] points at block g0 of
+       token t's input (fp32 permuted layout, or bf16 bits in natural order when tok_bf16). */
+    void (*decode4)(const uint8_t *const codes[4], const uint8_t *const scales[4], int g0, int nb, void *q,
+                    float *S);
+    void (*tile4)(const void *q, const float *S, int nb, const void *const z[4], int nt, float *acc);
+    int tok_bf16;
     /* checksum of a read of n bytes (n multiple of 256, p 64-byte aligned) */
     uint64_t (*read)(const uint8_t *p, size_t n);
     /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < 16, the exact operations of the scalar SwiGLU and
@@ -62,6 +72,5 @@ extern const neural_kernels neural_kernels_avx512bf16;
 #endif
 
 void neural_tables_init(void);
-void neural_decode_row(const uint8_t *codes, const uint8_t *scales, int G, float *dec, float *scf);
 
 #endif

@@ -12,6 +12,16 @@
 #include <immintrin.h>
 #endif
 
+/* Full unrolling of the small constant loops of the register tiles (their arrays of vectors
+   must become registers); other compilers run the same operations in the same order. */
+#if defined(__GNUC__) || defined(__clang__)
+#define NEURAL_UNROLL _Pragma("GCC unroll 16")
+#define NEURAL_INLINE __attribute__((always_inline)) inline
+#else
+#define NEURAL_UNROLL
+#define NEURAL_INLINE __forceinline
+#endif
+
 /* 2 * E2M1: q for code c. Code 8 (-0) gives -0 here and +0 in the int8 table; a signed zero
    product never changes a sum that starts at +0, so both tables give identical results. */
 const float neural_lut2[16] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 6.0f, 8.0f, 12.0f,
@@ -26,18 +36,6 @@ int neural_prefetch_bytes = -1;
 
 void neural_tables_init(void) {
     for (int s = 0; s < 256; s++) neural_scale2[s] = ldexpf(1.0f, s - 128);
-}
-
-void neural_decode_row(const uint8_t *codes, const uint8_t *scales, int G, float *dec, float *scf) {
-    for (int g = 0; g < G; g++) {
-        const uint8_t *b = codes + 16 * g;
-        float *d = dec + 32 * g;
-        for (int l = 0; l < 16; l++) {
-            d[l] = neural_lut2[b[l] & 15];
-            d[16 + l] = neural_lut2[b[l] >> 4];
-        }
-        scf[g] = neural_scale2[scales[g]];
-    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -87,20 +85,37 @@ static void dot4_scalar(const uint8_t *const codes[4], const uint8_t *const sc[4
     for (int i = 0; i < 4; i++) out[i] = dot_row_scalar(codes[i], sc[i], z, G);
 }
 
-static void dotdec4_scalar(const float *dec, const float *scf, const float *const z[4], int G, float out[4]) {
-    for (int t = 0; t < 4; t++) {
-        float acc[16];
-        for (int l = 0; l < 16; l++) acc[l] = 0.0f;
-        for (int g = 0; g < G; g++) {
-            const float *d32 = dec + 32 * g, *zg = z[t] + 32 * g;
+/* Multi-token calls: 4 rows decoded once per block (neural_internal.h), then every token. */
+static void decode4_scalar(const uint8_t *const codes[4], const uint8_t *const sc[4], int g0, int nb, void *qv,
+                           float *S) {
+    float *q = (float *)qv;
+    for (int i = 0; i < 4; i++)
+        for (int g = 0; g < nb; g++) {
+            const uint8_t *b = codes[i] + 16 * (size_t)(g0 + g);
+            float *d = q + 32 * ((size_t)i * nb + g);
             for (int l = 0; l < 16; l++) {
-                float d = d32[l] * zg[l];
-                d = fma_exact(d32[16 + l], zg[16 + l], d);
-                acc[l] = fma_exact(d, scf[g], acc[l]);
+                d[l] = neural_lut2[b[l] & 15];
+                d[16 + l] = neural_lut2[b[l] >> 4];
+            }
+            S[i * nb + g] = neural_scale2[sc[i][g0 + g]];
+        }
+}
+
+static void tile4_scalar(const void *qv, const float *S, int nb, const void *const zv[4], int nt, float *acc) {
+    const float *q = (const float *)qv;
+    for (int r = 0; r < 4; r++)
+        for (int t = 0; t < nt; t++) {
+            float *a = acc + r * NEURAL_TOK_ACC_ROW + 16 * t;
+            const float *z = (const float *)zv[t];
+            for (int g = 0; g < nb; g++) {
+                const float *d32 = q + 32 * ((size_t)r * nb + g), *zg = z + 32 * g;
+                for (int l = 0; l < 16; l++) {
+                    float d = d32[l] * zg[l];
+                    d = fma_exact(d32[16 + l], zg[16 + l], d);
+                    a[l] = fma_exact(d, S[r * nb + g], a[l]);
+                }
             }
         }
-        out[t] = reduce16(acc);
-    }
 }
 
 static uint64_t read_scalar(const uint8_t *p, size_t n) {
@@ -112,7 +127,7 @@ static uint64_t read_scalar(const uint8_t *p, size_t n) {
     return s;
 }
 
-const neural_kernels neural_kernels_scalar = {1, dot4_scalar, dotdec4_scalar, read_scalar, NULL};
+const neural_kernels neural_kernels_scalar = {1, dot4_scalar, decode4_scalar, tile4_scalar, 0, read_scalar, NULL};
 
 #if NEURAL_X86
 /* ------------------------------------------------------------------------------------------ */
@@ -170,30 +185,66 @@ NEURAL_TARGET_AVX2 static void dot4_avx2(const uint8_t *const codes[4], const ui
     dot2_avx2(codes[2], codes[3], sc[2], sc[3], z, G, &out[2], &out[3]);
 }
 
-NEURAL_TARGET_AVX2 static void dotdec4_avx2(const float *dec, const float *scf, const float *const z[4], int G,
-                                            float out[4]) {
-    for (int t = 0; t < 4; t += 2) {
-        __m256 a0l = _mm256_setzero_ps(), a0h = _mm256_setzero_ps();
-        __m256 a1l = _mm256_setzero_ps(), a1h = _mm256_setzero_ps();
-        const float *z0 = z[t], *z1 = z[t + 1];
-        for (int g = 0; g < G; g++) {
-            const float *d = dec + 32 * g;
-            const __m256 loL = _mm256_loadu_ps(d), loH = _mm256_loadu_ps(d + 8);
-            const __m256 hiL = _mm256_loadu_ps(d + 16), hiH = _mm256_loadu_ps(d + 24);
-            const __m256 S = _mm256_broadcast_ss(&scf[g]);
-            const float *y0 = z0 + 32 * g, *y1 = z1 + 32 * g;
-            __m256 e;
-            e = _mm256_fmadd_ps(hiL, _mm256_loadu_ps(y0 + 16), _mm256_mul_ps(loL, _mm256_loadu_ps(y0)));
-            a0l = _mm256_fmadd_ps(e, S, a0l);
-            e = _mm256_fmadd_ps(hiH, _mm256_loadu_ps(y0 + 24), _mm256_mul_ps(loH, _mm256_loadu_ps(y0 + 8)));
-            a0h = _mm256_fmadd_ps(e, S, a0h);
-            e = _mm256_fmadd_ps(hiL, _mm256_loadu_ps(y1 + 16), _mm256_mul_ps(loL, _mm256_loadu_ps(y1)));
-            a1l = _mm256_fmadd_ps(e, S, a1l);
-            e = _mm256_fmadd_ps(hiH, _mm256_loadu_ps(y1 + 24), _mm256_mul_ps(loH, _mm256_loadu_ps(y1 + 8)));
-            a1h = _mm256_fmadd_ps(e, S, a1h);
+/* Multi-token: the codes of 4 rows go through pshufb and the int->fp32 converts once per block;
+   each token then costs the 3 arithmetic operations per 8 lanes and nothing else. */
+NEURAL_TARGET_AVX2 static void decode4_avx2(const uint8_t *const codes[4], const uint8_t *const sc[4], int g0, int nb,
+                                            void *qv, float *S) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)neural_lut2_i8);
+    const __m128i m0f = _mm_set1_epi8(0x0f);
+    const int pfd = neural_prefetch_bytes;
+    float *q = (float *)qv;
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *c = codes[i] + 16 * (size_t)g0;
+        for (int g = 0; g < nb; g++) {
+            if (pfd && (g & 3) == 0) _mm_prefetch((const char *)(c + 16 * (size_t)g + pfd), _MM_HINT_T0);
+            __m128i b = _mm_loadu_si128((const __m128i *)(c + 16 * g));
+            __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(b, m0f));
+            __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), m0f));
+            float *d = q + 32 * ((size_t)i * nb + g);
+            _mm256_storeu_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
+            _mm256_storeu_ps(d + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo))));
+            _mm256_storeu_ps(d + 16, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
+            _mm256_storeu_ps(d + 24, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi))));
+            S[i * nb + g] = neural_scale2[sc[i][g0 + g]];
         }
-        out[t] = hsum8_avx2(a0l, a0h);
-        out[t + 1] = hsum8_avx2(a1l, a1h);
+    }
+}
+
+/* 4 rows x NT (1 or 2) tokens, lanes 8*hh..8*hh+7: 8 accumulators + 4 inputs in the 16 ymm. */
+NEURAL_TARGET_AVX2 static NEURAL_INLINE void tile_avx2(const float *q, const float *S, int nb, const void *const *zv,
+                                                       float *acc, const int NT, const int hh) {
+    __m256 a[4][2];
+    NEURAL_UNROLL for (int r = 0; r < 4; r++) NEURAL_UNROLL for (int t = 0; t < NT; t++)
+        a[r][t] = _mm256_loadu_ps(acc + r * NEURAL_TOK_ACC_ROW + 16 * t + 8 * hh);
+    for (int g = 0; g < nb; g++) {
+        __m256 ze[2], zo[2];
+        NEURAL_UNROLL for (int t = 0; t < NT; t++) {
+            const float *zg = (const float *)zv[t] + 32 * g + 8 * hh;
+            ze[t] = _mm256_loadu_ps(zg);
+            zo[t] = _mm256_loadu_ps(zg + 16);
+        }
+        NEURAL_UNROLL for (int r = 0; r < 4; r++) {
+            const float *d = q + 32 * ((size_t)r * nb + g) + 8 * hh;
+            const __m256 ql = _mm256_loadu_ps(d), qh = _mm256_loadu_ps(d + 16);
+            const __m256 sv = _mm256_broadcast_ss(&S[r * nb + g]);
+            NEURAL_UNROLL for (int t = 0; t < NT; t++) {
+                __m256 e = _mm256_fmadd_ps(qh, zo[t], _mm256_mul_ps(ql, ze[t]));
+                a[r][t] = _mm256_fmadd_ps(e, sv, a[r][t]);
+            }
+        }
+    }
+    NEURAL_UNROLL for (int r = 0; r < 4; r++) NEURAL_UNROLL for (int t = 0; t < NT; t++)
+        _mm256_storeu_ps(acc + r * NEURAL_TOK_ACC_ROW + 16 * t + 8 * hh, a[r][t]);
+}
+
+NEURAL_TARGET_AVX2 static void tile4_avx2(const void *qv, const float *S, int nb, const void *const zv[4], int nt,
+                                          float *acc) {
+    const float *q = (const float *)qv;
+    for (int t0 = 0; t0 < nt; t0 += 2) {
+        for (int hh = 0; hh < 2; hh++) {
+            if (nt - t0 >= 2) tile_avx2(q, S, nb, zv + t0, acc + 16 * t0, 2, hh);
+            else tile_avx2(q, S, nb, zv + t0, acc + 16 * t0, 1, hh);
+        }
     }
 }
 
@@ -212,7 +263,7 @@ NEURAL_TARGET_AVX2 static uint64_t read_avx2(const uint8_t *p, size_t n) {
     return lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3] ^ read_scalar(p + i, n - i);
 }
 
-const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, dotdec4_avx2, read_avx2, NULL};
+const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, decode4_avx2, tile4_avx2, 0, read_avx2, NULL};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
@@ -265,20 +316,61 @@ NEURAL_TARGET_AVX512 static void dot4_avx512(const uint8_t *const codes[4], cons
     hsum4_avx512(a0, a1, a2, a3, out);
 }
 
-NEURAL_TARGET_AVX512 static void dotdec4_avx512(const float *dec, const float *scf, const float *const z[4],
-                                                int G, float out[4]) {
-    const float *z0 = z[0], *z1 = z[1], *z2 = z[2], *z3 = z[3];
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int g = 0; g < G; g++) {
-        const __m512 lo = _mm512_loadu_ps(dec + 32 * g), hi = _mm512_loadu_ps(dec + 32 * g + 16);
-        const __m512 S = _mm512_set1_ps(scf[g]);
-        const size_t o = 32 * (size_t)g;
-        a0 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z0 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z0 + o))), S, a0);
-        a1 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z1 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z1 + o))), S, a1);
-        a2 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z2 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z2 + o))), S, a2);
-        a3 = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, _mm512_loadu_ps(z3 + o + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(z3 + o))), S, a3);
+/* Multi-token: q of 4 rows decoded once per block (vpermps from the nibbles, as dot4), then
+   4 rows x up to 4 tokens of register accumulators (16 zmm) per pass. */
+NEURAL_TARGET_AVX512 static void decode4_avx512(const uint8_t *const codes[4], const uint8_t *const sc[4], int g0,
+                                                int nb, void *qv, float *S) {
+    const __m512 lut = _mm512_loadu_ps(neural_lut2);
+    const int pfd = neural_prefetch_bytes;
+    float *q = (float *)qv;
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *c = codes[i] + 16 * (size_t)g0;
+        for (int g = 0; g < nb; g++) {
+            if (pfd && (g & 3) == 0) _mm_prefetch((const char *)(c + 16 * (size_t)g + pfd), _MM_HINT_T0);
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + 16 * g)));
+            float *d = q + 32 * ((size_t)i * nb + g);
+            _mm512_storeu_ps(d, _mm512_permutexvar_ps(v, lut));
+            _mm512_storeu_ps(d + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut));
+            S[i * nb + g] = neural_scale2[sc[i][g0 + g]];
+        }
     }
-    hsum4_avx512(a0, a1, a2, a3, out);
+}
+
+NEURAL_TARGET_AVX512 static NEURAL_INLINE void tile_avx512(const float *q, const float *S, int nb,
+                                                           const void *const *zv, float *acc, const int NT) {
+    __m512 a[4][4];
+    NEURAL_UNROLL for (int r = 0; r < 4; r++) NEURAL_UNROLL for (int t = 0; t < NT; t++)
+        a[r][t] = _mm512_loadu_ps(acc + r * NEURAL_TOK_ACC_ROW + 16 * t);
+    for (int g = 0; g < nb; g++) {
+        __m512 ze[4], zo[4];
+        NEURAL_UNROLL for (int t = 0; t < NT; t++) {
+            const float *zg = (const float *)zv[t] + 32 * g;
+            ze[t] = _mm512_loadu_ps(zg);
+            zo[t] = _mm512_loadu_ps(zg + 16);
+        }
+        NEURAL_UNROLL for (int r = 0; r < 4; r++) {
+            const float *d = q + 32 * ((size_t)r * nb + g);
+            const __m512 ql = _mm512_loadu_ps(d), qh = _mm512_loadu_ps(d + 16);
+            const __m512 sv = _mm512_set1_ps(S[r * nb + g]);
+            NEURAL_UNROLL for (int t = 0; t < NT; t++) {
+                __m512 e = _mm512_fmadd_ps(qh, zo[t], _mm512_mul_ps(ql, ze[t]));
+                a[r][t] = _mm512_fmadd_ps(e, sv, a[r][t]);
+            }
+        }
+    }
+    NEURAL_UNROLL for (int r = 0; r < 4; r++) NEURAL_UNROLL for (int t = 0; t < NT; t++)
+        _mm512_storeu_ps(acc + r * NEURAL_TOK_ACC_ROW + 16 * t, a[r][t]);
+}
+
+NEURAL_TARGET_AVX512 static void tile4_avx512(const void *qv, const float *S, int nb, const void *const zv[4], int nt,
+                                              float *acc) {
+    const float *q = (const float *)qv;
+    switch (nt) {
+    case 4: tile_avx512(q, S, nb, zv, acc, 4); break;
+    case 3: tile_avx512(q, S, nb, zv, acc, 3); break;
+    case 2: tile_avx512(q, S, nb, zv, acc, 2); break;
+    default: tile_avx512(q, S, nb, zv, acc, 1); break;
+    }
 }
 
 NEURAL_TARGET_AVX512 static uint64_t read_avx512(const uint8_t *p, size_t n) {
@@ -342,7 +434,8 @@ NEURAL_TARGET_AVX512 static void swiglu16_avx512(const float *h, float limit, fl
     _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_add_ps(u, one)));
 }
 
-const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, dotdec4_avx512, read_avx512, swiglu16_avx512};
+const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, decode4_avx512, tile4_avx512, 0, read_avx512,
+                                              swiglu16_avx512};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512 BF16: the same arithmetic with vdpbf16ps. The inputs are bf16-exact and never below
@@ -394,5 +487,58 @@ NEURAL_TARGET_AVX512BF16 static void dot4_avx512bf16(const uint8_t *const codes[
     hsum4_avx512(a0, a1, a2, a3, out);
 }
 
-const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, dotdec4_avx512, read_avx512, swiglu16_avx512};
+/* Multi-token in bf16 mode: q decoded once as bf16 pairs in natural order (as BF16_ROW), then
+   per token one vdpbf16ps from zero and one fma with the scale. */
+NEURAL_TARGET_AVX512BF16 static void decode4_avx512bf16(const uint8_t *const codes[4], const uint8_t *const sc[4],
+                                                        int g0, int nb, void *qv, float *S) {
+    const __m512i lut = _mm512_loadu_si512((const void *)lut2_bf16), nib = _mm512_set1_epi32(0x1001);
+    const int pfd = neural_prefetch_bytes;
+    uint16_t *q = (uint16_t *)qv;
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *c = codes[i] + 16 * (size_t)g0;
+        for (int g = 0; g < nb; g++) {
+            if (pfd && (g & 3) == 0) _mm_prefetch((const char *)(c + 16 * (size_t)g + pfd), _MM_HINT_T0);
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + 16 * g)));
+            v = _mm512_permutexvar_epi16(_mm512_madd_epi16(v, nib), lut);
+            _mm512_storeu_si512((void *)(q + 32 * ((size_t)i * nb + g)), v);
+            S[i * nb + g] = neural_scale2[sc[i][g0 + g]];
+        }
+    }
+}
+
+NEURAL_TARGET_AVX512BF16 static NEURAL_INLINE void tile_avx512bf16(const uint16_t *q, const float *S, int nb,
+                                                                   const void *const *zv, float *acc, const int NT) {
+    __m512 a[4][4];
+    NEURAL_UNROLL for (int r = 0; r < 4; r++) NEURAL_UNROLL for (int t = 0; t < NT; t++)
+        a[r][t] = _mm512_loadu_ps(acc + r * NEURAL_TOK_ACC_ROW + 16 * t);
+    for (int g = 0; g < nb; g++) {
+        __m512i zz[4];
+        NEURAL_UNROLL for (int t = 0; t < NT; t++)
+            zz[t] = _mm512_loadu_si512((const void *)((const uint16_t *)zv[t] + 32 * (size_t)g));
+        NEURAL_UNROLL for (int r = 0; r < 4; r++) {
+            const __m512i qq = _mm512_loadu_si512((const void *)(q + 32 * ((size_t)r * nb + g)));
+            const __m512 sv = _mm512_set1_ps(S[r * nb + g]);
+            NEURAL_UNROLL for (int t = 0; t < NT; t++) {
+                __m512 e = _mm512_dpbf16_ps(_mm512_setzero_ps(), NEURAL_AS_BH(qq), NEURAL_AS_BH(zz[t]));
+                a[r][t] = _mm512_fmadd_ps(e, sv, a[r][t]);
+            }
+        }
+    }
+    NEURAL_UNROLL for (int r = 0; r < 4; r++) NEURAL_UNROLL for (int t = 0; t < NT; t++)
+        _mm512_storeu_ps(acc + r * NEURAL_TOK_ACC_ROW + 16 * t, a[r][t]);
+}
+
+NEURAL_TARGET_AVX512BF16 static void tile4_avx512bf16(const void *qv, const float *S, int nb, const void *const zv[4],
+                                                      int nt, float *acc) {
+    const uint16_t *q = (const uint16_t *)qv;
+    switch (nt) {
+    case 4: tile_avx512bf16(q, S, nb, zv, acc, 4); break;
+    case 3: tile_avx512bf16(q, S, nb, zv, acc, 3); break;
+    case 2: tile_avx512bf16(q, S, nb, zv, acc, 2); break;
+    default: tile_avx512bf16(q, S, nb, zv, acc, 1); break;
+    }
+}
+
+const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, decode4_avx512bf16, tile4_avx512bf16, 1,
+                                                  read_avx512, swiglu16_avx512};
 #endif
