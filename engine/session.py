@@ -26,6 +26,7 @@ from tokenizers.decoders import DecodeStream
 from .backend import Backend, ReferenceBackend
 from .checkpoint import Checkpoint
 from .config import ModelConfig
+from .grammar.guide import HarmonyGuide
 from .harmony import HarmonyStreamParser, render_conversation
 from .sampling import Sampler
 from .settings import EngineSettings
@@ -48,6 +49,8 @@ from .types import (
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from .grammar import CompiledConstraint
 
 log = logging.getLogger(__name__)
 LoadProgress = Callable[[str, float], None]
@@ -179,10 +182,11 @@ class Engine:
 
     # ---- generation ----------------------------------------------------------------------
     def generate(self, conv: Conversation, params: GenerationParams,
-                 cancel: CancelToken | None = None) -> Iterator[Event]:
+                 cancel: CancelToken | None = None, guide: CompiledConstraint | None = None) -> Iterator[Event]:
+        """``guide``: a constraint from ``engine.grammar.compile_constraint`` masking the answer's channel."""
         ids = self.render(conv)
         parser = HarmonyStreamParser(self.tokenizer, self.special)
-        return self._run(ids, params, cancel, parser=parser)
+        return self._run(ids, params, cancel, parser=parser, guide=guide)
 
     def complete(self, prompt: str | list[int], params: GenerationParams,
                  cancel: CancelToken | None = None) -> Iterator[Event]:
@@ -209,7 +213,7 @@ class Engine:
         return logits, common
 
     def _run(self, ids: list[int], params: GenerationParams, cancel: CancelToken | None,
-             parser: HarmonyStreamParser | None) -> Iterator[Event]:
+             parser: HarmonyStreamParser | None, guide: CompiledConstraint | None = None) -> Iterator[Event]:
         cancel = cancel or CancelToken()
         res = self.ram_residency
         with self._lock, (res.computing() if res is not None else contextlib.nullcontext()):
@@ -239,6 +243,7 @@ class Engine:
                 tel.cached_tokens = cached
                 t1 = time.perf_counter()
                 sampler = Sampler(params.temperature, params.top_p, params.seed)
+                mask = HarmonyGuide(guide) if guide is not None else None
                 stops = StopMatcher(params.stop)
                 decoder = DecodeStream(skip_special_tokens=False) if parser is None else None
                 raw_stop = {self.special.return_, self.special.call, self.special.endoftext}
@@ -247,7 +252,9 @@ class Engine:
                     if cancel.cancelled:
                         finish = "cancelled"
                         break
-                    tok = sampler(logits)
+                    tok = sampler(mask.apply(logits) if mask is not None else logits)
+                    if mask is not None:
+                        mask.advance(tok)
                     generated.append(tok)
                     events: list[TextDelta | ToolCallEvent]
                     if parser is not None:
