@@ -584,12 +584,20 @@ typedef struct {
 #define TOK_A (TOK_RES + NEURAL_MAX_TOKENS * CH_TOK_GATE_UP) /* [CH_TOK_GATE_UP / 2] */
 #define TOK_STRIDE (TOK_A + CH_TOK_GATE_UP / 2 + 16)
 
-static float reduce16(const float *acc) {
-    float a[16];
-    memcpy(a, acc, sizeof a);
-    for (int i = 8; i >= 1; i >>= 1)
-        for (int l = 0; l < i; l++) a[l] = a[l] + a[l + i];
-    return a[0];
+/* the fixed tree of NUMERICS over the 16 lanes of one accumulator */
+static float reduce16(const float *a) {
+#if defined(__x86_64__) || defined(_M_X64)
+    __m128 b0 = _mm_add_ps(_mm_loadu_ps(a), _mm_loadu_ps(a + 8)), b1 = _mm_add_ps(_mm_loadu_ps(a + 4), _mm_loadu_ps(a + 12));
+    __m128 c = _mm_add_ps(b0, b1);
+    __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
+#else
+    float b[8];
+    for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; l++) b[l] = b[l] + b[l + 4];
+    for (int l = 0; l < 2; l++) b[l] = b[l] + b[l + 2];
+    return b[0] + b[1];
+#endif
 }
 
 /* res[t][r - r0] = dot(row r, input t) + bias for every token t and r in [r0, r1) */
@@ -611,6 +619,19 @@ static void token_rows(tok_job *j, float *scr, long r0, long r1, const float *zf
             long rr = r + (i < n ? i : n - 1);
             cp[i] = codes + (size_t)rr * (size_t)G * 16;
             sp[i] = i < n ? row_scales(s, ex, mat, rr, G, sbuf[i], &j->err) : sp[n - 1];
+        }
+        if (kf->rows4tok && ntok <= 4) {
+            const void *zp[4];
+            float o[16];
+            for (int t = 0; t < ntok; t++)
+                zp[t] = kf->tok_bf16 ? (const void *)(zb + (size_t)t * (size_t)zstride)
+                                     : (const void *)(zf + (size_t)t * (size_t)zstride);
+            kf->rows4tok(cp, sp, G, zp, ntok, o);
+            for (int i = 0; i < n; i++) {
+                float b = bf16_at(bias, r + i);
+                for (int t = 0; t < ntok; t++) res[(size_t)t * (size_t)rstride + (size_t)(r - r0 + i)] = o[4 * i + t] + b;
+            }
+            continue;
         }
         for (int i = 0; i < 4; i++) memset(acc + i * NEURAL_TOK_ACC_ROW, 0, (size_t)ntok * 16 * sizeof(float));
         for (int g0 = 0; g0 < G; g0 += NEURAL_TOK_SEG) {

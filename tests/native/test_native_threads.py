@@ -71,7 +71,7 @@ def test_isas_bit_identical_to_each_other(kernel: NativeKernel, parts) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("ntok", [1, 3, 16])
+@pytest.mark.parametrize("ntok", [1, 2, 3, 4, 5, 8, 16])  # the 1-token path, rows4tok (2-4), tiles (5+)
 def test_multi_token_equals_repeated_single_token(kernel: NativeKernel, parts, isa: str, ntok: int, mode: str) -> None:
     isa_or_skip(kernel, isa)
     rng = np.random.default_rng(ntok)
