@@ -41,3 +41,19 @@ def test_copy_stream_runs_from_several_threads(kernel: NativeKernel) -> None:
     for t in threads:
         t.join()
     assert np.array_equal(dst, src)
+
+
+@pytest.mark.parametrize("rel", [0, 1, 16, 64, 1000, 1022, 1023, 1024, 2048, 4095])
+@pytest.mark.parametrize("n", [63, 64, 4096 + 77, (1 << 20) + 13])
+def test_copy_stream_either_direction(kernel: NativeKernel, rel: int, n: int) -> None:
+    """dst just above src modulo 4 KiB takes the backward loop (4K aliasing), other offsets the forward one."""
+    src_buf = np.random.default_rng(rel + n).integers(0, 256, n + 8192, dtype=np.uint8)
+    dst_buf = np.full(n + 8192, 0xCD, dtype=np.uint8)
+    s0 = (-src_buf.ctypes.data) % 4096 + 7  # an odd source address
+    src = src_buf[s0 : s0 + n]
+    d0 = (src.ctypes.data + rel - dst_buf.ctypes.data) % 4096
+    dst = dst_buf[d0 : d0 + n]
+    assert (dst.ctypes.data - src.ctypes.data) % 4096 == rel
+    kernel.copy_stream(dst, src)
+    assert np.array_equal(dst, src)
+    assert (dst_buf[:d0] == 0xCD).all() and (dst_buf[d0 + n :] == 0xCD).all()
