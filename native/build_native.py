@@ -50,6 +50,7 @@ int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int
                          const float *weights, float *out);
 uint64_t neural_probe_read(const void *buf, size_t bytes);
 void neural_copy_stream(void *dst, const void *src, size_t n);
+int neural_advise(const void *p, size_t n, int advice);
 float neural_expf(float x);
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 """

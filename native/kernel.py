@@ -17,11 +17,13 @@ import numpy as np
 ISAS = {"auto": 0, "scalar": 1, "avx2": 2, "avx512": 3, "avx512bf16": 4}
 ISA_NAMES = {v: k for k, v in ISAS.items()}
 FORMATS = {"raw": 0, "packed": 1}
+ADVICE = {"huge": 1, "populate": 2, "willneed": 3}
 PART_NAMES = ("gu_codes", "gu_scales", "dn_codes", "dn_scales", "gu_bias", "dn_bias")
 MAX_TOKENS = 16
 MAX_K = 32
 _ERRORS = {-1: "invalid arguments", -2: "corrupt packed scale row (exception missing)", -3: "ISA not available",
-           -4: "out of memory"}
+           -4: "out of memory",
+           -5: "not supported here"}
 
 
 class NativeUnavailable(RuntimeError):
@@ -189,6 +191,19 @@ class NativeKernel:
         d, _do = self.pointer(dst, "void *")
         s, _so = self.pointer(src, "void *")
         self.lib.neural_copy_stream(d, s, dst.nbytes)
+
+    def advise(self, buf: Pointerish, nbytes: int, advice: str) -> bool:
+        """Page hint for a memory range: "huge" (Linux transparent huge pages), "populate" (fill the
+        page tables now: Linux MADV_POPULATE_READ, Windows PrefetchVirtualMemory) or "willneed".
+        True if applied, False where this OS or kernel has no such hint (carry on without it)."""
+        if advice not in ADVICE:
+            raise ValueError(f"unknown advice {advice!r} (choose from {', '.join(ADVICE)})")
+        ptr, _owner = self.pointer(buf, "void *")
+        rc = int(self.lib.neural_advise(ptr, int(nbytes), ADVICE[advice]))
+        if rc == -5:
+            return False
+        self._check(rc, f"advise {advice}")
+        return True
 
     def expf(self, x: float) -> float:
         return float(self.lib.neural_expf(x))

@@ -96,6 +96,12 @@ extern "C" {
 #define NEURAL_ECORRUPT -2
 #define NEURAL_EISA -3
 #define NEURAL_ENOMEM -4
+#define NEURAL_EUNSUPPORTED -5 /* neural_advise: this OS or kernel has no such advice */
+
+/* neural_advise */
+#define NEURAL_ADVISE_HUGE 1     /* Linux MADV_HUGEPAGE (transparent huge pages where the mapping allows) */
+#define NEURAL_ADVISE_POPULATE 2 /* Linux MADV_POPULATE_READ (5.14+); Windows PrefetchVirtualMemory */
+#define NEURAL_ADVISE_WILLNEED 3 /* Linux MADV_WILLNEED; Windows PrefetchVirtualMemory */
 
 typedef struct neural_shape {
     int32_t hidden;        /* H: model width (multiple of 32) */
@@ -151,6 +157,9 @@ int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int
 uint64_t neural_probe_read(const void *buf, size_t bytes);
 /* memcpy with non-temporal stores on the calling thread (thread-safe, no team); fenced. */
 void neural_copy_stream(void *dst, const void *src, size_t n);
+/* Advice for a memory range (rounded out to whole pages): NEURAL_OK, NEURAL_EUNSUPPORTED where the OS
+   or kernel lacks it (a hint: callers carry on without it), NEURAL_EINVAL for bad arguments. */
+int neural_advise(const void *p, size_t n, int advice);
 /* The canonical fp32 exp used by SwiGLU (exported for the reference tests). */
 float neural_expf(float x);
 /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < npairs on the current ISA path (for the tests). */
