@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..config import ModelConfig
+from .calibrated import CalibratedTables
 from .routing import DriftTables, RoutingSpec, mxfp4_scale_exponent
 
 Chunks = Iterator[np.ndarray]
@@ -94,6 +95,34 @@ def _normal(seed: int, name: str, shape: tuple[int, ...], std: float, mean: floa
         yield bf16_bits_fast(x)
 
 
+def bf16_to_float(bits: np.ndarray) -> np.ndarray:
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _rows(shape: tuple[int, ...], make: Callable[[slice], np.ndarray]) -> Chunks:
+    """bf16 rows of a 2-D tensor computed by ``make(rows)``, a chunk of rows at a time."""
+    rows, cols = shape
+    step = max(1, CHUNK_ELEMS // cols)
+    for r0 in range(0, rows, step):
+        yield bf16_bits_fast(make(slice(r0, min(rows, r0 + step))).reshape(-1))
+
+
+def _calibrated(name: str, shape: tuple[int, ...], seed: int, cal: CalibratedTables) -> Callable[[], Chunks]:
+    """Embeddings and routers of calibrated routing (engine.synth.calibrated)."""
+    if name.endswith("embed_tokens.weight"):
+        return lambda: _rows(shape, cal.embedding_rows)
+    layer = int(name.split(".")[2])
+    if name.endswith("router.bias"):
+        return lambda: iter((_bf16_bits(cal.bias(layer).astype(np.float32)),))
+
+    def weight() -> Chunks:
+        gain_name = f"model.layers.{layer}.post_attention_layernorm.weight"
+        gain = bf16_to_float(np.concatenate(list(_normal(seed, gain_name, (shape[1],), 0.1, 1.0))))
+        yield bf16_bits_fast(cal.router_weight_written(layer, gain).reshape(-1))
+
+    return weight
+
+
 def _uniform_bytes(seed: int, name: str, n: int) -> Chunks:
     g = _rng(seed, name)
     step = 1 << 24  # a multiple of 4: the same bytes as one draw of n
@@ -102,9 +131,13 @@ def _uniform_bytes(seed: int, name: str, n: int) -> Chunks:
 
 
 def producer(name: str, dtype: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int, routing: RoutingSpec,
-             drift: DriftTables | None, fast: _Fast | None) -> Callable[[], Chunks]:
+             drift: DriftTables | CalibratedTables | None, fast: _Fast | None) -> Callable[[], Chunks]:
     """A function yielding the tensor's bytes as consecutive arrays."""
     h = cfg.hidden_size
+    if isinstance(drift, CalibratedTables):
+        if is_routing_tensor(name):
+            return _calibrated(name, shape, seed, drift)
+        drift = None
     n = int(np.prod(shape, dtype=np.int64))
 
     def whole(make: Callable[[], np.ndarray]) -> Callable[[], Chunks]:

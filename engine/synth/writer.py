@@ -28,6 +28,7 @@ from ..checkpoint import INDEX_NAME, SINGLE_NAME, Checkpoint, expected_tensors
 from ..config import ModelConfig
 from ..safetensors_io import DTYPES, CheckpointError, SafetensorsFile, encode_header
 from ..tokenizer import build_synthetic_tokenizer
+from .calibrated import CalibratedTables
 from .routing import DriftTables, RoutingSpec, token_topics
 from .shapes import SynthShape
 from .tensors import Chunks, _Fast, is_routing_tensor, producer
@@ -117,9 +118,11 @@ def default_jobs() -> int:
 
 def _tensors(cfg: ModelConfig, shape: SynthShape, seed: int, routing: RoutingSpec, fast: bool,
              texts: list[str], only: Callable[[str], bool] = lambda n: True) -> list[_Tensor]:
-    drift = None
+    drift: DriftTables | CalibratedTables | None = None
     if routing.mode == "drift":
         drift = DriftTables(routing, seed, shape, token_topics(texts, shape.vocab_size))
+    elif routing.mode == "calibrated":
+        drift = CalibratedTables(seed, shape)
     pool = _Fast(seed) if fast else None
     return [_Tensor(n, dt, shp, producer(n, dt, shp, cfg, seed, routing, drift, pool))
             for n, (dt, shp) in expected_tensors(cfg).items() if only(n)]
