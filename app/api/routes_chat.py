@@ -5,21 +5,18 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from engine.types import ToolCall
 
-from .app_key import SERVER_KEY
 from .chat_request import ChatRequest, parse_chat_request
 from .fields import read_json_object
 from .reply import Reply
+from .server import SERVER_KEY, ApiServer
 from .sse import ClientGone, SseWriter
 from .usage import chat_usage
-
-if TYPE_CHECKING:
-    from .server import ApiServer
 
 routes = web.RouteTableDef()
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .app_key import SERVER_KEY
 from .chat_request import max_tokens_param, sampling_params
 from .errors import invalid
 from .fields import describe, get_bool, get_dict, get_int, read_json_object, type_name
 from .reply import Reply
+from .server import SERVER_KEY
 from .sse import ClientGone, SseWriter
 from .usage import chat_usage
 

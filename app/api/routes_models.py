@@ -6,8 +6,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .app_key import SERVER_KEY
 from .errors import ApiError
+from .server import SERVER_KEY
 
 routes = web.RouteTableDef()
 

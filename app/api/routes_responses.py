@@ -9,11 +9,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .app_key import SERVER_KEY
 from .fields import read_json_object
 from .reply import Reply
 from .responses_output import ResponseBuilder
 from .responses_request import parse_responses_request
+from .server import SERVER_KEY
 from .sse import ClientGone, SseWriter
 from .usage import responses_usage
 

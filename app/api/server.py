@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .app_key import SERVER_KEY
 from .config import ServerConfig
 from .engine_bridge import EngineBridge, Work
 from .errors import ApiError
@@ -136,6 +135,7 @@ class ApiServer:
         }
 
 
+SERVER_KEY: web.AppKey[ApiServer] = web.AppKey("neural_api_server", ApiServer)
 
 
 async def serve_forever(server: ApiServer) -> None:
