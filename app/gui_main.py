@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_app(model: str | None = None, screenshot_dir: str | None = None, home: str | None = None) -> int:
     if home:
         os.environ["NEURAL_HOME"] = str(Path(home).resolve())
-    from app.gui.paths import AppPaths
+    from app.core.paths import AppPaths
 
     paths = AppPaths.default().ensure()
     from app.gui.crash import CrashHandler, enable_faulthandler, setup_logging
@@ -45,8 +45,8 @@ def run_app(model: str | None = None, screenshot_dir: str | None = None, home: s
 
     import qasync
 
+    from app.core.settings import load_settings
     from app.gui.app_controller import AppController
-    from app.gui.settings import load_settings
     from ui import theme as themes
     from ui.crash_dialog import CrashDialog
     from ui.qt import QApplication

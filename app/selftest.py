@@ -179,7 +179,7 @@ def run_self_test(model_dir: Path | None = None, settings: EngineSettings | None
     try:
         with steps.step("locate the demo model") as d:
             if model_dir is None:
-                from app.models import demo_model_dir
+                from app.core.models import demo_model_dir
 
                 model_dir = demo_model_dir()
             if not (model_dir / "config.json").is_file():

@@ -17,7 +17,7 @@ if missing:
     sys.exit(f"build_linux.sh: missing {', '.join(missing)}: run `pip install -e '.[build]'` with a C compiler present")
 PY
 # The demo model is committed; this rewrites it only if it is missing.
-"$PYTHON" -c "from app.models import demo_model_dir; print('demo model:', demo_model_dir())"
+"$PYTHON" -c "from app.core.models import demo_model_dir; print('demo model:', demo_model_dir())"
 
 start=$(date +%s)
 "$PYTHON" -m PyInstaller --noconfirm --clean --log-level WARN \

@@ -16,7 +16,7 @@
 /* Rows per chunk handed to a thread. The one-token call reads each row once, so its chunks are
    long contiguous streams: 128-512 rows (184-737 KB at the 120b shape) read 1.1-1.3x faster
    from DRAM than 32-row chunks on Zen 4 and on the Xeon host (MEASURED, sweep of
-   engine/bench/kernel_variants.c). At least 4 chunks per thread keep the dynamic hand-out
+   bench/kernel/kernel_variants.c). At least 4 chunks per thread keep the dynamic hand-out
    balanced; a multiple of 4 (whole dot4 groups, whole gate/up pairs). The multi-token call
    decodes each row once for all tokens and keeps its smaller chunks. */
 #define CH_MIN 32
@@ -48,7 +48,7 @@ static void ensure_init(void) {
 #endif
     (void)isa;
     /* 8192 B ahead: 1.1x faster than 4096 on the Xeon host with long chunks; on Zen 4 4096 was
-       as fast or faster (MEASURED, engine/bench/kernel_variants.c and native/kernel_bench.c). */
+       as fast or faster (MEASURED, bench/kernel/kernel_variants.c and bench/kernel/kernel_bench.c). */
     if (neural_prefetch_bytes < 0) neural_prefetch_bytes = (neural_cpu_features() & NEURAL_CPU_AMD) ? 4096 : 8192;
     neural_team_resize(0);
     initialized = 1;

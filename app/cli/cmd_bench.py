@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import fail
+from .lab import ensure_lab
 
 NAME = "bench"
 HELP = "Benchmarks: decode and prompt speed of the engine, replays against API servers, CPU kernel."
@@ -75,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a server to compare, e.g. neural=http://127.0.0.1:8080 (repeatable; the first is the "
                         "baseline of the ratios)")
     r.add_argument("--requests", type=Path, default=None,
-                   help="JSONL of chat-completions bodies (default: resources/bench/coding-13k.jsonl)")
+                   help="JSONL of chat-completions bodies (default: bench/data/coding-13k.jsonl)")
     r.add_argument("--out", type=Path, default=None, help="archive folder (default ./bench-replay-TIMESTAMP)")
     r.add_argument("--rounds", type=int, default=2, help="mirrored rounds: 2 gives A B B A (default 2)")
     r.add_argument("--model", default=None, help="send this model name instead of the saved one")
@@ -160,11 +161,12 @@ def engine_settings(args: argparse.Namespace):  # -> EngineSettings
 def _run_engine_bench(args: argparse.Namespace, bench: str) -> int:
     import torch
 
-    from app.bench.engine_bench import run_decode as decode_bench
-    from app.bench.engine_bench import run_prompt as prompt_bench
-    from app.bench.environment import checkpoint_routing, pick_model_dir
-    from app.bench.report import decode_table, header, prompt_table, routing_warning
-    from app.models import resolve_model_dir
+    ensure_lab()
+    from app.core.models import resolve_model_dir
+    from bench.harness.engine_bench import run_decode as decode_bench
+    from bench.harness.engine_bench import run_prompt as prompt_bench
+    from bench.harness.environment import checkpoint_routing, pick_model_dir
+    from bench.harness.report import decode_table, header, prompt_table, routing_warning
     from engine.checkpoint import CheckpointError
     from engine.session import Engine
     from engine.settings import SettingsError
@@ -224,11 +226,12 @@ def run_replay(args: argparse.Namespace) -> int:
     import asyncio
     import hashlib
 
-    from app.bench.context_tokens import REQUESTS_FILE
-    from app.bench.environment import device_info, engine_version
-    from app.bench.ordering import mirrored_order
-    from app.bench.replay import Endpoint, load_requests, run_replay, write_manifest
-    from app.bench.replay_report import replay_table, summarize_replay
+    ensure_lab()
+    from bench.harness.context_tokens import REQUESTS_FILE
+    from bench.harness.environment import device_info, engine_version
+    from bench.harness.ordering import mirrored_order
+    from bench.harness.replay import Endpoint, load_requests, run_replay, write_manifest
+    from bench.harness.replay_report import replay_table, summarize_replay
 
     try:
         endpoints = [Endpoint.parse(s) for s in args.endpoint]

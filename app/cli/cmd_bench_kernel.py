@@ -7,6 +7,8 @@ import json
 import platform
 import sys
 
+from .lab import ensure_lab
+
 NAME = "bench"
 HELP = "Benchmarks (kernel: native CPU expert kernel vs. a DRAM read probe)."
 
@@ -48,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_kernel(args: argparse.Namespace) -> int:
-    from engine.store.kernel_bench import run_kernel_bench
+    ensure_lab()
+    from bench.kernel.kernel_bench import run_kernel_bench
     from native.kernel import KernelError, NativeUnavailable
 
     from .cmd_build_store import stderr_progress

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .common import fail
+from .lab import ensure_lab
 
 NAME = "synth"
 HELP = "Write a synthetic (random-weight) gpt-oss checkpoint in the Hugging Face layout."
@@ -92,7 +93,8 @@ def _conversation_ids(model_dir: str) -> tuple[list[int], str]:
     from dataclasses import replace
 
     from app.api.chat_request import parse_chat_request
-    from app.bench.context_tokens import FIXED_DATE, REQUESTS_FILE
+    ensure_lab()
+    from bench.harness.context_tokens import FIXED_DATE, REQUESTS_FILE
     from engine.harmony.render import render_conversation
     from engine.tokenizer import load_tokenizer
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .lab import ensure_lab
+
 NAME = "train-demo"
 HELP = "Train the small demo model on Python stdlib code and export it in the gpt-oss HF layout."
 
@@ -36,8 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.demo_training.run import run as run_recipe
-    from app.demo_training.train import TrainConfig
+    ensure_lab()
+    from bench.demo_training.run import run as run_recipe
+    from bench.demo_training.train import TrainConfig
 
     cfg = TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, hidden_size=args.hidden,
                       intermediate=args.hidden, layers=args.layers, experts=args.experts, vocab_size=args.vocab,

@@ -28,7 +28,7 @@ def fail(msg: str) -> int:
 
 
 def load_engine(args: argparse.Namespace):  # -> engine.session.Engine
-    from app.models import resolve_model_dir
+    from app.core.models import resolve_model_dir
     from engine.checkpoint import CheckpointError
     from engine.session import Engine
     from engine.tokenizer import TokenizerError

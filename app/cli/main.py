@@ -38,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         return int(gui_main([]))
+    from .lab import LabUnavailable
+
     try:
         return int(run(args) or 0)
+    except LabUnavailable as exc:
+        print(f"neural: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

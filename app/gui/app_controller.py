@@ -8,17 +8,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from app.core.conversation_store import ConversationStore
+from app.core.demo_model import bundled_demo_dir, ensure_demo_model, is_demo
+from app.core.expert_store import build_expert_store, store_status
+from app.core.paths import AppPaths
+from app.core.settings import GuiSettings, save_settings
 from app.gui.api_switch import ApiSwitch
 from app.gui.chat_controller import ChatController, Run
-from app.gui.conversation_store import ConversationStore
-from app.gui.demo_model import bundled_demo_dir, ensure_demo_model, is_demo
 from app.gui.engine_host import ERROR, GENERATING, LOADING, NO_MODEL, READY, LocalEngineHost
 from app.gui.estimate import cuda_present, estimate
-from app.gui.expert_store import build_expert_store, store_status
-from app.gui.paths import AppPaths
 from app.gui.remote_backend import RemoteBackend
 from app.gui.remote_run import RemoteRun
-from app.gui.settings import GuiSettings, save_settings
 from app.gui.tasks import BackgroundTask
 from engine.types import Conversation, GenerationParams
 from ui import theme as themes

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.gui.conversation_store import ConversationStore
+from app.core.conversation_store import ConversationStore
+from app.core.export import conversation_markdown
+from app.core.message_tree import MessageTree, StoredMessage
 from app.gui.engine_host import StateNote, how_to_fix
-from app.gui.export import conversation_markdown
-from app.gui.message_tree import MessageTree, StoredMessage
 from engine.types import Conversation, Done, GenerationParams, Progress, TextDelta, ToolCall, ToolCallEvent, Usage
 from ui.chat_view import ChatView
 from ui.conversation_list import ConversationItem, ConversationList

@@ -1,6 +1,6 @@
 """RAM residency of the expert store: fault telemetry, warm-up, locking, release policy, VRAM hygiene.
 
-See docs/perf-residency.md for the method and the benchmark (engine/residency/bench_residency.py).
+See docs/perf-residency.md for the method and the benchmark (bench/residency/residency_bench.py).
 """
 
 from .budget import GIB, MemoryInfo, RamBudget, default_headroom, ram_advice

@@ -12,7 +12,7 @@ import pytest
 
 from app import doctor
 from app.doctor import GIB, Check, Target, check_cpu, check_gpu, check_memory, check_settings, diagnose, make_plan
-from app.doctor_probes import (
+from app.doctor.probes import (
     CpuFacts,
     DiskFacts,
     GpuDevice,
@@ -210,7 +210,7 @@ def real_looking_model(tiny_model, tmp_path) -> Path:
 
 
 def test_demo_model_is_labelled_random_weights_with_a_pointer_to_the_real_model():
-    from app.models import demo_model_dir
+    from app.core.models import demo_model_dir
 
     checks, cfg = doctor.check_model(Target(demo_model_dir(), EngineSettings(), "test"))
     assert cfg is not None and checks[0].status == "info"

@@ -120,4 +120,4 @@ def test_drift_is_seeded_and_loadable(tmp_path, routed):
         assert np.array_equal(a.array(name), b.array(name))
     meta = json.loads((again / "SYNTHETIC.json").read_text())
     assert meta["routing"]["mode"] == "drift" and meta["routing"]["hot_experts_per_topic"] == 4
-    assert meta["skew"] == 1.5  # what app.bench reads: > 0 is "skewed"
+    assert meta["skew"] == 1.5  # what bench.harness reads: > 0 is "skewed"

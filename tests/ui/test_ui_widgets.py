@@ -139,7 +139,7 @@ def test_crash_dialog_shows_message_details_and_log(qtbot, tmp_path):
 
 def test_residency_panel_with_telemetry_recorded_on_an_h200(qtbot):
     """Samples of GpuBackend.fill_telemetry from a real CUDA run (H200, a synthetic model with
-    36 layers x 128 experts, pool for 11 % of them; scripts/residency_replay.py record)."""
+    36 layers x 128 experts, pool for 11 % of them; bench/residency/replay.py record)."""
     import json
     from pathlib import Path
 

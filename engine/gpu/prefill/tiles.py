@@ -2,8 +2,8 @@
 
 Every tile size is a Triton constexpr. The GPU defaults were chosen offline for sm_90 at the
 120b shape among configurations that compile without register spills (``python -m
-engine.gpu.prefill.aot --sweep``: registers / stack per kernel, no GPU needed);
-``engine/bench/prompt_device.py`` stage ``tiles`` times those candidates on the H200, and the
+bench.gpu.aot --sweep``: registers / stack per kernel, no GPU needed);
+``bench/gpu/prompt_device.py`` stage ``tiles`` times those candidates on the H200, and the
 fastest goes here (docs/perf-prompt.md records it). ``NEURAL_PREFILL_TILES`` overrides.
 Under TRITON_INTERPRET=1 the cost is per program, so the interpreter uses few, large tiles.
 """

@@ -50,10 +50,10 @@ def qloop(qapp) -> Iterator[asyncio.AbstractEventLoop]:
 
 @pytest.fixture
 def make_app(qtbot, tmp_path: Path, tiny_model: Path) -> Iterator[Callable[..., object]]:
+    from app.core.paths import AppPaths
+    from app.core.settings import load_settings
     from app.gui.app_controller import AppController
     from app.gui.engine_host import READY
-    from app.gui.paths import AppPaths
-    from app.gui.settings import load_settings
 
     made: list[AppController] = []
 

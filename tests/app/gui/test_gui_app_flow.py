@@ -208,7 +208,7 @@ def test_sidebar_new_search_rename_delete_and_effort(qtbot, make_app):
 
 
 def test_closing_mid_answer_keeps_partial_answer_marked_interrupted(qtbot, make_app, tmp_path):
-    from app.gui.conversation_store import ConversationStore
+    from app.core.conversation_store import ConversationStore
     from engine.types import GenerationParams
 
     home = tmp_path / "home"

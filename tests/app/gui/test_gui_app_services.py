@@ -9,8 +9,8 @@ import threading
 import urllib.error
 import urllib.request
 
+from app.core.settings import RemoteSettings, load_settings
 from app.gui.engine_host import ERROR, LOADING, READY
-from app.gui.settings import RemoteSettings, load_settings
 from engine.types import Done
 from ui.qt import QApplication, QDialogButtonBox, Qt
 

@@ -1,6 +1,6 @@
 """VRAM report/release: a no-op without CUDA; the before/after arithmetic against a fake allocator.
 
-The real release runs only on the GPU machine (engine/residency/bench_residency.py records it)."""
+The real release runs only on the GPU machine (bench/residency/residency_bench.py records it)."""
 
 from __future__ import annotations
 

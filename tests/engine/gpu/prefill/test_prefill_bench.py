@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[4]
 
 def dry_run(tmp_path: Path, stages: str) -> dict:
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "engine.bench.prompt_device", "run", "--device", "cpu", "--out", str(out),
+    cmd = [sys.executable, "-m", "bench.gpu.prompt_device", "run", "--device", "cpu", "--out", str(out),
            "--ckpt-dir", str(tmp_path / "ck"), "--threads", "2", "--stages", stages]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -23,7 +23,7 @@ def test_kernels_compile_for_sm90_without_spills() -> None:
         pytest.skip("this Triton wheel carries no ptxas/cuobjdump")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # silence the 3.9 default-change warning
-    out = subprocess.run([sys.executable, "-m", "engine.gpu.prefill.aot", "--json"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "bench.gpu.aot", "--json"], capture_output=True, text=True,
                          env=env, cwd=Path(__file__).resolve().parents[4], timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)[0]["kernels"]
