@@ -29,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     k.add_argument("--rounds", type=int, default=3, help="alternating probe/kernel rounds (median reported)")
     k.add_argument("--prefetch", type=int, default=None, metavar="BYTES",
                    help="software prefetch distance of the SIMD kernels (tuning; 0 = off)")
+    k.add_argument("--advise", default="none", choices=["none", "huge", "populate"],
+                   help="page hint for the store mapping before its first touch (Linux MADV_HUGEPAGE / "
+                        "MADV_POPULATE_READ, Windows PrefetchVirtualMemory; ignored where unsupported)")
+    k.add_argument("--tokens", default=None, metavar="T,T,...",
+                   help="measure the multi-token (prompt group) kernel at these group sizes, e.g. 1,2,4,8,16, "
+                        "next to the one-token kernel, instead of the probe comparison")
     k.add_argument("--path", default=None, help="keep the synthetic store at this path (reused if present)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(_bench=run_kernel)
@@ -57,10 +63,13 @@ def run_kernel(args: argparse.Namespace) -> int:
     from .cmd_build_store import stderr_progress
     from .common import fail
 
+    if args.tokens:
+        return run_tokens(args)
     try:
         r = run_kernel_bench(threads=args.threads, store_gib=args.store_gib, fmt=args.format, isa=args.isa,
                              seconds=args.seconds, rounds=max(1, args.rounds), path=args.path,
-                             prefetch=args.prefetch, inputs=args.inputs, progress=stderr_progress("synthetic store"))
+                             prefetch=args.prefetch, inputs=args.inputs, advise=args.advise,
+                             progress=stderr_progress("synthetic store"))
     except (NativeUnavailable, KernelError) as exc:
         return fail(str(exc))
     if args.json:
@@ -75,4 +84,34 @@ def run_kernel(args: argparse.Namespace) -> int:
     print(f"DRAM read probe : {r.probe_gbps:8.2f} GB/s")
     print(f"expert kernel   : {r.kernel_gbps:8.2f} GB/s   ratio {r.ratio:.3f}")
     print(f"88 experts/token: {r.ms_per_token_88:8.2f} ms   ({r.calls} calls of 4 experts, {r.rounds} rounds)")
+    return 0
+
+
+def run_tokens(args: argparse.Namespace) -> int:
+    from bench.kernel.tokens_bench import run_tokens_bench
+    from native.kernel import KernelError, NativeUnavailable
+
+    from .cmd_build_store import stderr_progress
+    from .common import fail
+
+    try:
+        tokens = [int(t) for t in str(args.tokens).split(",") if t.strip()]
+        r = run_tokens_bench(tokens, threads=args.threads, store_gib=args.store_gib, fmt=args.format, isa=args.isa,
+                             seconds=args.seconds, rounds=max(1, args.rounds), path=args.path, inputs=args.inputs,
+                             advise=args.advise, progress=stderr_progress("synthetic store"))
+    except ValueError as exc:
+        return fail(f"--tokens: {exc}")
+    except (NativeUnavailable, KernelError) as exc:
+        return fail(str(exc))
+    if args.json:
+        d = r.as_dict()
+        d["cpu"] = cpu_name()
+        print(json.dumps(d))
+        return 0
+    print(f"cpu: {cpu_name()}; {r.threads} threads, {r.isa} path, {r.inputs} inputs, "
+          f"{r.expert_bytes:,} B per expert", file=sys.stderr)
+    for row in r.rows:
+        print(f"T={row.tokens:2d}: {row.ms_per_group:8.2f} ms/group {row.gbps:7.2f} GB/s "
+              f"{row.token_experts_per_s:9.1f} token-experts/s")
+    print(f"one-token kernel: {r.one_token_ms_per_expert:8.2f} ms/expert {r.one_token_gbps:7.2f} GB/s")
     return 0

@@ -43,6 +43,7 @@ class KernelBench:
     inputs: str  # "bf16" (the engine's default mode) or "fp32"
     prefetch: int
     format: str
+    advise: str  # page hint given to the store mapping before its first touch (none, huge, populate)
     store_gib: float
     experts_in_store: int
     expert_bytes: int
@@ -102,7 +103,7 @@ def _store_at(path: str | None, gib: float, fmt: str,
 def run_kernel_bench(threads: int = 0, store_gib: float = 2.0, fmt: str = "raw", isa: str = "auto",
                      seconds: float = 4.0, rounds: int = 3, path: str | None = None, seed: int = 0,
                      kernel: NativeKernel | None = None, prefetch: int | None = None, inputs: str = "bf16",
-                     progress: Callable[[int, int], None] | None = None) -> KernelBench:
+                     advise: str = "none", progress: Callable[[int, int], None] | None = None) -> KernelBench:
     k = kernel or load_kernel()
     if inputs not in ("bf16", "fp32"):
         raise ValueError(f"inputs must be bf16 or fp32, not {inputs!r}")
@@ -114,6 +115,8 @@ def run_kernel_bench(threads: int = 0, store_gib: float = 2.0, fmt: str = "raw",
         n, layout = store.experts, store.layout
         shape = k.shape(H120, I120, store.fmt, 7.0, 1.702, layout.offsets, bf16_inputs=inputs == "bf16")
         base, owner = k.pointer(store.buf)
+        if advise != "none":  # before the probe's first touch, so the faults see it (False: not here)
+            k.advise(base, len(store.buf), advise)
         refs = [expert_ref_from_record(k, base + store.offset(0, e), layout, store.n_exc(0, e)) for e in range(n)]
         sizes = store.table["size"].astype(np.int64)
         total = int(store.table["off"][-1] + sizes[-1] - store.table["off"][0])
@@ -156,6 +159,7 @@ def run_kernel_bench(threads: int = 0, store_gib: float = 2.0, fmt: str = "raw",
             inputs=inputs,
             prefetch=k.prefetch,
             format=store.fmt,
+            advise=advise,
             store_gib=round(total / (1 << 30), 3),
             experts_in_store=n,
             expert_bytes=int(layout.fixed_bytes),
