@@ -13,8 +13,8 @@ from typing import Protocol
 import torch
 
 from .checkpoint import Checkpoint
-from .reference import KVCache, ReferenceModel
-from .types import Telemetry
+from .reference import ExpertsFn, KVCache, ReferenceModel
+from .types import CancelToken, Telemetry
 
 ProgressFn = Callable[[int, int], None]
 
@@ -29,8 +29,22 @@ class Backend(Protocol):
 
     def truncate(self, n: int) -> None: ...
 
-    def forward(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
-        """Process ``ids`` after the held tokens; fp32 logits of the last one [vocab]."""
+    def forward(self, ids: list[int], progress: ProgressFn | None = None,
+                cancel: CancelToken | None = None) -> torch.Tensor:
+        """Process ``ids`` after the held tokens; fp32 logits of the last one [vocab].
+
+        The prompt contract (the session runs this on its prompt thread while it yields events):
+        - ``progress(done, total)`` is called from the calling thread as the work advances (at
+          least once per layer; ``total == len(ids)``, the last call ``done == total``).
+        - ``cancel`` is polled between layers, attention blocks and expert groups, so that a stop
+          takes effect within 0.5 s; when set, the backend rewinds to the length it held before
+          this call (``length`` and the K/V exactly as before, as if never called) and raises
+          :class:`engine.types.PromptCancelled` (``cancel.check()`` raises it). Never
+          reprocess token by token on a stop: PromptCancelled is a BaseException, so an
+          ``except Exception`` fallback does not see it.
+        - On any other exception the held length must still be one whose K/V is exact (the
+          length before the call, or 0); the session truncates to what it knows is valid.
+        """
         ...
 
     def fill_telemetry(self, t: Telemetry) -> None: ...
@@ -45,7 +59,7 @@ class Backend(Protocol):
 class ReferenceBackend:
     """CPU backend: the exact reference math, experts optionally by the native kernel."""
 
-    def __init__(self, ck: Checkpoint, dtype: torch.dtype, block: int = 256, experts_fn=None,
+    def __init__(self, ck: Checkpoint, dtype: torch.dtype, block: int = 256, experts_fn: ExpertsFn | None = None,
                  name: str = "cpu-reference") -> None:
         self.name = name
         self.model = ReferenceModel(ck, dtype, experts_fn=experts_fn)
@@ -60,9 +74,18 @@ class ReferenceBackend:
         if n < self.cache.length:
             self.cache.truncate(n)
 
-    def forward(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
-        # layer-major: a long prompt reads each expert once per layer, not once per block
-        return self.model.forward(ids, self.cache, last_only=True, attn_block=self.block, progress=progress)[0]
+    def forward(self, ids: list[int], progress: ProgressFn | None = None,
+                cancel: CancelToken | None = None) -> torch.Tensor:
+        # layer-major: a long prompt reads each expert once per layer, not once per block. A stop
+        # or error mid-prompt leaves some layers extended, so rewind all to the length before the
+        # call (layer-major has no earlier consistent point short of redoing finished layers).
+        before = self.cache.length
+        try:
+            return self.model.forward(ids, self.cache, last_only=True, attn_block=self.block, progress=progress,
+                                      check=cancel.check if cancel is not None else None)[0]
+        except BaseException:
+            self.cache.truncate(before)
+            raise
 
     def fill_telemetry(self, t: Telemetry) -> None:
         t.backend = self.name

@@ -7,12 +7,19 @@ the sliding window on the layers ``layer_types`` marks; GQA; router top-k then s
 the k; interleaved gate/up, clamp, alpha, (up + 1); down bias before the routing weight.
 Runs in float32 (for checking) or bfloat16 (as the model runs). The K/V cache keeps every
 position for every layer; the window is applied by the mask, as in the references.
+
+Speed without changing the math: on the CPU, bf16 products run as fp32 GEMMs rounded once to
+bf16 (what a bf16 GEMM with fp32 accumulation computes; PyTorch's own bf16 CPU GEMM is ~10x
+slower without AVX512-BF16), GQA shares each K/V head with its query group instead of copying
+it, and a query block of a sliding layer only multiplies the keys its window can reach (the
+others are masked to exactly zero weight anyway). Only the fp32 summation order differs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -21,8 +28,33 @@ from .checkpoint import Checkpoint, bf16_bits_to_tensor
 from .config import ModelConfig, yarn_inv_freq
 from .expert_cache import DequantizedExperts
 
-# (layer, normalized hidden [T, H], expert ids [T, k], routing weights [T, k]) -> [T, H]
-ExpertsFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Check = Callable[[], None]  # raises engine.types.PromptCancelled when the prompt is stopped
+
+
+class ExpertsFn(Protocol):
+    """(layer, normalized hidden [T, H], expert ids [T, k], routing weights [T, k]) -> [T, H];
+    ``check`` is called between expert groups so that a long prompt can be stopped."""
+
+    def __call__(self, layer: int, t: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor,
+                 check: Check | None = None) -> torch.Tensor: ...
+
+
+def _fast_cpu_bf16(x: torch.Tensor) -> bool:
+    return x.dtype == torch.bfloat16 and x.device.type == "cpu"
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b in a's dtype, accumulated in fp32 and rounded once."""
+    if _fast_cpu_bf16(a):
+        return torch.matmul(a.float(), b.float()).to(a.dtype)
+    return torch.matmul(a, b)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear; several bf16 CPU rows go through fp32 (one token stays a bf16 GEMV: no weight copy)."""
+    if _fast_cpu_bf16(x) and x.shape[0] > 1:
+        return F.linear(x.float(), w.float(), None if b is None else b.float()).to(x.dtype)
+    return F.linear(x, w, b)
 
 
 def rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
@@ -87,6 +119,7 @@ class ReferenceModel:
         self.experts_fn = experts_fn
         self._dense: dict[str, torch.Tensor] = {}
         self._experts = DequantizedExperts(ck, dtype, expert_cache_bytes)
+        self._check: Check | None = None
 
     # ---- weights ------------------------------------------------------------------------
     def w(self, name: str) -> torch.Tensor:
@@ -100,45 +133,62 @@ class ReferenceModel:
         return self._experts.get(layer, e)
 
     # ---- blocks -------------------------------------------------------------------------
-    def attention(self, layer: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def attention(self, layer: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                  block: int = 0, check: Check | None = None) -> torch.Tensor:
+        """Attention of ``x`` (at ``positions``, right after what ``cache`` holds) over the cache and
+        itself; K/V are appended once, queries go in blocks of ``block`` (bounded score memory)."""
         cfg = self.cfg
         p = f"model.layers.{layer}.self_attn."
         T = x.shape[0]
-        q = F.linear(x, self.w(p + "q_proj.weight"), self.w(p + "q_proj.bias")).view(T, cfg.num_attention_heads, -1)
-        k = F.linear(x, self.w(p + "k_proj.weight"), self.w(p + "k_proj.bias")).view(T, cfg.num_key_value_heads, -1)
-        v = F.linear(x, self.w(p + "v_proj.weight"), self.w(p + "v_proj.bias")).view(T, cfg.num_key_value_heads, -1)
+        q = linear(x, self.w(p + "q_proj.weight"), self.w(p + "q_proj.bias")).view(T, cfg.num_attention_heads, -1)
+        k = linear(x, self.w(p + "k_proj.weight"), self.w(p + "k_proj.bias")).view(T, cfg.num_key_value_heads, -1)
+        v = linear(x, self.w(p + "v_proj.weight"), self.w(p + "v_proj.bias")).view(T, cfg.num_key_value_heads, -1)
         cos, sin = rope_cos_sin(cfg, positions, self.dtype)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k_all = torch.cat((cache.keys[layer], k.transpose(0, 1)), dim=1)
         v_all = torch.cat((cache.values[layer], v.transpose(0, 1)), dim=1)
         cache.keys[layer], cache.values[layer] = k_all, v_all
-        S = k_all.shape[1]
-        kpos = torch.arange(S)
-        allowed = kpos[None, :] <= positions[:, None]
-        if cfg.is_sliding(layer):
-            allowed &= kpos[None, :] > positions[:, None] - cfg.sliding_window
-        g = cfg.gqa_group
-        kk = k_all.repeat_interleave(g, dim=0)  # [heads, S, D]
-        vv = v_all.repeat_interleave(g, dim=0)
-        scores = torch.matmul(q.transpose(0, 1), kk.transpose(1, 2)) * (cfg.head_dim ** -0.5)  # [heads, T, S]
-        scores = scores.masked_fill(~allowed[None], float("-inf"))
-        sinks = self.w(p + "sinks").view(-1, 1, 1).expand(-1, T, 1)
-        logits = torch.cat((scores, sinks), dim=-1)
-        logits = logits - logits.max(dim=-1, keepdim=True).values
-        probs = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]
-        out = torch.matmul(probs, vv).transpose(0, 1).reshape(T, -1)  # [T, heads*D]
-        return F.linear(out, self.w(p + "o_proj.weight"), self.w(p + "o_proj.bias"))
+        kvh, g, D = cfg.num_key_value_heads, cfg.gqa_group, cfg.head_dim
+        qh = q.transpose(0, 1)  # [heads, T, D]; head h reads K/V head h // g
+        window = cfg.sliding_window if cfg.is_sliding(layer) else 0
+        sinks = self.w(p + "sinks").view(-1, 1, 1)
+        step = block if block > 0 else T
+        outs = []
+        for s in range(0, T, step):
+            if check is not None and s:
+                check()
+            pos = positions[s : s + step]
+            n = pos.shape[0]
+            lo = max(0, int(pos[0]) - window + 1) if window else 0
+            hi = int(pos[-1]) + 1
+            kpos = torch.arange(lo, hi)
+            allowed = kpos[None, :] <= pos[:, None]
+            if window:
+                allowed &= kpos[None, :] > pos[:, None] - window
+            qb = qh[:, s : s + n].reshape(kvh, g * n, D)
+            scores = matmul(qb, k_all[:, lo:hi].transpose(1, 2)).view(-1, n, hi - lo) * (D ** -0.5)  # [heads, n, S']
+            scores = scores.masked_fill(~allowed[None], float("-inf"))
+            logits = torch.cat((scores, sinks.expand(-1, n, 1)), dim=-1)
+            logits = logits - logits.max(dim=-1, keepdim=True).values
+            probs = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]
+            out = matmul(probs.reshape(kvh, g * n, hi - lo), v_all[:, lo:hi]).view(-1, n, D)
+            outs.append(out.transpose(0, 1).reshape(n, -1))  # [n, heads*D]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+        return linear(out, self.w(p + "o_proj.weight"), self.w(p + "o_proj.bias"))
 
     def route(self, layer: int, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         p = f"model.layers.{layer}.mlp.router."
-        logits = F.linear(t, self.w(p + "weight"), self.w(p + "bias"))
+        logits = linear(t, self.w(p + "weight"), self.w(p + "bias"))
         top, idx = torch.topk(logits, self.cfg.num_experts_per_tok, dim=-1)
         return idx, F.softmax(top, dim=-1, dtype=top.dtype)
 
-    def experts(self, layer: int, t: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def experts(self, layer: int, t: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor,
+                check: Check | None = None) -> torch.Tensor:
         cfg = self.cfg
         out = torch.zeros_like(t)
         for e in torch.unique(idx).tolist():
+            if check is not None:
+                check()
             tok, slot = torch.where(idx == e)
             w1, b1, w2, b2 = self.expert_weights(layer, e)
             y = expert_forward(t[tok], w1, b1, w2, b2, cfg.swiglu_limit, cfg.swiglu_alpha)
@@ -163,18 +213,15 @@ class ReferenceModel:
         read once per layer however long the prompt is."""
         p = f"model.layers.{i}."
         eps = self.cfg.rms_norm_eps
+        check = self._check
         h = rms_norm(x, self.w(p + "input_layernorm.weight"), eps)
-        n = x.shape[0]
-        if attn_block and n > attn_block:
-            attn = torch.cat([self.attention(i, h[s : s + attn_block], positions[s : s + attn_block], cache)
-                              for s in range(0, n, attn_block)])
-        else:
-            attn = self.attention(i, h, positions, cache)
-        x = x + attn
+        x = x + self.attention(i, h, positions, cache, attn_block, check)
         t = rms_norm(x, self.w(p + "post_attention_layernorm.weight"), eps)
         idx, weights = self.route(i, t)
+        if check is not None:
+            check()
         fn = self.experts_fn or self.experts
-        return x + fn(i, t, idx, weights).to(x.dtype)
+        return x + fn(i, t, idx, weights, check=check).to(x.dtype)
 
     def hidden(self, ids: list[int], cache: KVCache, attn_block: int = 0,
                progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
@@ -184,6 +231,8 @@ class ReferenceModel:
         x = self.embed(ids)
         layers = self.cfg.num_hidden_layers
         for i in range(layers):
+            if self._check is not None:
+                self._check()
             x = self.layer(i, x, positions, cache, attn_block)
             if progress is not None:
                 progress(len(ids) * (i + 1) // layers, len(ids))
@@ -191,13 +240,22 @@ class ReferenceModel:
 
     @torch.inference_mode()
     def forward(self, ids: list[int], cache: KVCache | None = None, last_only: bool = False,
-                attn_block: int = 0, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
-        """Process ``ids`` after what ``cache`` holds; returns fp32 logits [T or 1, vocab]."""
+                attn_block: int = 0, progress: Callable[[int, int], None] | None = None,
+                check: Check | None = None) -> torch.Tensor:
+        """Process ``ids`` after what ``cache`` holds; returns fp32 logits [T or 1, vocab].
+
+        ``check`` runs between layers, attention blocks and expert groups; when it raises, the
+        cache is left partly extended (layer-major: some layers hold the new tokens) and the
+        caller must truncate it to its earlier length (ReferenceBackend.forward does)."""
         if not ids:
             raise ValueError("forward needs at least one token")
         cache = cache if cache is not None else self.new_cache()
-        h = self.hidden(ids, cache, attn_block, progress)
+        self._check = check  # read by layer(): subclasses override layer() with the older signature
+        try:
+            h = self.hidden(ids, cache, attn_block, progress)
+        finally:
+            self._check = None
         if last_only:
             h = h[-1:]
         head = self.w("lm_head.weight") if not self.cfg.tie_word_embeddings else self.w("model.embed_tokens.weight")
-        return F.linear(h, head).float()
+        return F.linear(h, head).float()  # no fp32 copy of a vocab-sized head

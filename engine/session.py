@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +43,7 @@ from .types import (
     FinishReason,
     GenerationParams,
     Progress,
+    PromptCancelled,
     Telemetry,
     TextDelta,
     ToolCallEvent,
@@ -137,6 +140,9 @@ class Engine:
         self.info = ModelInfo(ck.model_dir.name, ck.model_dir, ck.config, ck.fingerprint(), note, backend_note)
         self._ids: list[int] = []  # tokens whose K/V the backend holds
         self._lock = threading.Lock()
+        # prompts run here while generate() yields their progress; one thread, so a backend
+        # always sees the same thread for its prompts
+        self._prompt_thread = ThreadPoolExecutor(1, thread_name_prefix="neural-prompt")
         self._telemetry = Telemetry(state="ready", backend=backend.name, model_name=self.info.name,
                                     model_note=note, layers=ck.config.num_hidden_layers,
                                     experts_per_layer=ck.config.num_local_experts)
@@ -194,8 +200,15 @@ class Engine:
         ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt, add_special_tokens=True).ids
         return self._run(list(ids), params, cancel, parser=None)
 
-    def prefill(self, ids: list[int], progress: Callable[[int, int], None] | None = None) -> tuple[torch.Tensor, int]:
-        """Make the backend hold ``ids``; returns (logits of the last token, reused prefix length)."""
+    def prefill(self, ids: list[int], progress: Callable[[int, int], None] | None = None,
+                cancel: CancelToken | None = None) -> tuple[torch.Tensor, int]:
+        """Make the backend hold ``ids``; returns (logits of the last token, reused prefix length).
+        A stop raises PromptCancelled with the engine holding the reused prefix."""
+        common = self._reuse_prefix(ids)
+        return self._forward_prompt(ids, common, progress, cancel), common
+
+    def _reuse_prefix(self, ids: list[int]) -> int:
+        """Rewind the backend to the longest prefix of ``ids`` it holds; returns its length."""
         if not ids:
             raise ValueError("empty prompt")
         if len(ids) >= self.settings.context:
@@ -208,9 +221,51 @@ class Engine:
         common = min(common, len(ids) - 1, self.backend.length)  # always recompute at least one token
         self.backend.truncate(common)
         self._ids = self._ids[:common]
-        logits = self.backend.forward(ids[common:], progress)
+        return common
+
+    def _forward_prompt(self, ids: list[int], common: int, progress: Callable[[int, int], None] | None,
+                        cancel: CancelToken | None) -> torch.Tensor:
+        try:
+            logits = self.backend.forward(ids[common:], progress, cancel)
+        except BaseException:  # a stop or a failure: keep only K/V the backend still holds exactly
+            n = min(common, self.backend.length)
+            self.backend.truncate(n)
+            self._ids = self._ids[:n]
+            raise
         self._ids = list(ids)
-        return logits, common
+        return logits
+
+    def _prefill_live(self, ids: list[int], cancel: CancelToken,
+                      tel: Telemetry) -> Generator[Progress, None, torch.Tensor]:
+        """The prompt on the prompt thread while this generator yields its Progress events live.
+        Closing the generator (a consumer that went away) stops the prompt and waits for it."""
+        common = self._reuse_prefix(ids)
+        tel.cached_tokens = common
+        events: queue.SimpleQueue[Progress | None] = queue.SimpleQueue()
+        stop = cancel.child()
+
+        def on_progress(done: int, total: int) -> None:
+            tel.prompt_done, tel.prompt_total = done, total
+            events.put(Progress(done, total))
+
+        def work() -> torch.Tensor:
+            try:
+                return self._forward_prompt(ids, common, on_progress, stop)
+            finally:
+                events.put(None)
+
+        job = self._prompt_thread.submit(work)
+        try:
+            while (ev := events.get()) is not None:
+                yield ev
+        except BaseException:
+            stop.cancel()
+            with contextlib.suppress(BaseException):
+                job.result()
+            raise
+        finally:
+            tel.prompt_done = tel.prompt_total = 0
+        return job.result()
 
     def _run(self, ids: list[int], params: GenerationParams, cancel: CancelToken | None,
              parser: HarmonyStreamParser | None, guide: CompiledConstraint | None = None) -> Iterator[Event]:
@@ -226,18 +281,8 @@ class Engine:
             prompt_s = decode_s = 0.0
             error: str | None = None
             try:
-                progress_events: list[Progress] = []
-
-                def on_progress(done: int, total: int) -> None:
-                    # events can only be yielded after the backend returns; telemetry is live
-                    tel.prompt_done, tel.prompt_total = done, total
-                    progress_events.append(Progress(done, total))
-
-                try:
-                    logits, cached = self.prefill(ids, on_progress)
-                finally:
-                    tel.prompt_done = tel.prompt_total = 0
-                yield from progress_events
+                logits = yield from self._prefill_live(ids, cancel, tel)
+                cached = tel.cached_tokens
                 prompt_s = time.perf_counter() - t0
                 tel.prompt_tps = (len(ids) - cached) / prompt_s if prompt_s > 0 else 0.0
                 tel.cached_tokens = cached
@@ -307,6 +352,9 @@ class Engine:
                     if tail:
                         yield TextDelta("final", tail)
                 decode_s = time.perf_counter() - t1
+            except PromptCancelled:  # stopped mid-prompt; the backend holds the reused prefix
+                finish, cached = "cancelled", tel.cached_tokens
+                prompt_s = time.perf_counter() - t0
             except Exception as exc:  # reported as an event: a front end must never lose its session
                 log.exception("generation failed")
                 finish, error = "error", f"{type(exc).__name__}: {exc}"
@@ -356,6 +404,7 @@ class Engine:
             self._ids = []
 
     def close(self) -> None:
+        self._prompt_thread.shutdown(wait=True)
         if self.ram_residency is not None:
             self.ram_residency.close()
         self.backend.close()

@@ -126,17 +126,36 @@ Event = TextDelta | ToolCallEvent | Progress | Done
 
 
 class CancelToken:
-    """Set from any thread; the engine checks it between tokens."""
+    """Set from any thread; the engine checks it between tokens, and a backend between the layers,
+    attention blocks and expert groups of a prompt."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: CancelToken | None = None) -> None:
         self._ev = threading.Event()
+        self._parent = parent
 
     def cancel(self) -> None:
         self._ev.set()
 
     @property
     def cancelled(self) -> bool:
-        return self._ev.is_set()
+        return self._ev.is_set() or (self._parent is not None and self._parent.cancelled)
+
+    def child(self) -> CancelToken:
+        """A token cancelled with this one or on its own (the engine's own stop, e.g. a closed stream)."""
+        return CancelToken(self)
+
+    def check(self) -> None:
+        """Raise :class:`PromptCancelled` if cancelled: the backends' check point."""
+        if self.cancelled:
+            raise PromptCancelled()
+
+
+class PromptCancelled(BaseException):
+    """A prompt stopped by its CancelToken; the backend has rewound to the length it held before.
+
+    A BaseException (like asyncio.CancelledError) so that no ``except Exception`` fallback, such as
+    reprocessing a failed prompt token by token, can swallow a stop.
+    """
 
 
 @dataclass

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # torch only for the engine hook: the kernel and the bench ru
 
     from ..checkpoint import Checkpoint
     from ..config import ModelConfig
+    from ..reference import ExpertsFn
 
 log = logging.getLogger(__name__)
 MAX_TOKENS = 16
@@ -98,15 +99,19 @@ class CpuExperts:
                               np.ascontiguousarray(weights, np.float32), np.ascontiguousarray(x, np.float32), out)
         return out
 
-    def forward_tokens(self, layer: int, ids: np.ndarray, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+    def forward_tokens(self, layer: int, ids: np.ndarray, weights: np.ndarray, x: np.ndarray,
+                       check: Callable[[], None] | None = None) -> np.ndarray:
         """T tokens: grouped by expert through the multi-token kernel, then summed per token in
-        routing order, which reproduces forward_token bit for bit."""
+        routing order, which reproduces forward_token bit for bit. ``check`` runs before each
+        expert's groups (a stop point for long prompts)."""
         t_count, k = ids.shape
         x = np.ascontiguousarray(x, np.float32)
         w = np.ascontiguousarray(weights, np.float32)
         contrib = np.empty((t_count, k, self.cfg.hidden_size), np.float32)
         flat = ids.reshape(-1)
         for e in np.unique(flat).tolist():
+            if check is not None:
+                check()
             where = np.flatnonzero(flat == e)
             for s in range(0, len(where), MAX_TOKENS):
                 sel = where[s : s + MAX_TOKENS]
@@ -120,7 +125,8 @@ class CpuExperts:
             acc = acc + contrib[:, j]
         return acc
 
-    def forward(self, layer: int, t: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def forward(self, layer: int, t: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor,
+                check: Callable[[], None] | None = None) -> torch.Tensor:
         """ExpertsFn: (layer, hidden [T, H], ids [T, k], weights [T, k]) -> [T, H] float32."""
         import torch
 
@@ -130,7 +136,7 @@ class CpuExperts:
         if x.shape[0] == 1:
             out = self.forward_token(layer, ids[0].tolist(), w[0], x[0])[None]
         else:
-            out = self.forward_tokens(layer, ids, w, x)
+            out = self.forward_tokens(layer, ids, w, x, check)
         return torch.from_numpy(out)
 
 
@@ -153,8 +159,7 @@ def open_matching_store(ck: Checkpoint, path: str | Path | None = None) -> Exper
 
 
 def native_experts_fn(ck: Checkpoint, threads: int = 0, store_path: str | Path | None = None,
-                      bf16_inputs: bool = False,
-                      ) -> Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+                      bf16_inputs: bool = False) -> ExpertsFn:
     """The engine's hook: an ExpertsFn backed by the native kernel (raises NativeUnavailable).
 
     ``bf16_inputs`` follows the engine's dtype: in bf16 mode the kernel rounds its inputs to

@@ -24,9 +24,9 @@ def test_experts_called_once_per_layer_and_progress_reported(tiny_model):
     calls: list[tuple[int, int]] = []
     ref = ReferenceModel(ck, torch.float32)
 
-    def experts(layer, t, idx, w):
+    def experts(layer, t, idx, w, check=None):
         calls.append((layer, t.shape[0]))
-        return ref.experts(layer, t, idx, w)
+        return ref.experts(layer, t, idx, w, check)
 
     be = ReferenceBackend(ck, torch.float32, block=8, experts_fn=experts)
     seen: list[tuple[int, int]] = []

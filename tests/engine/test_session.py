@@ -22,9 +22,9 @@ def count_processed(eng: Engine) -> list[int]:
     seen: list[int] = []
     orig = eng.backend.forward
 
-    def forward(ids, progress=None):
+    def forward(ids, progress=None, cancel=None):
         seen.append(len(ids))
-        return orig(ids, progress)
+        return orig(ids, progress, cancel)
 
     eng.backend.forward = forward  # type: ignore[method-assign]
     return seen
@@ -138,20 +138,20 @@ def test_cpu_engine_reports_ram_residency(tiny_model):
 
 
 def test_prompt_progress_is_live_in_telemetry(engine):
-    """Progress events can only follow the backend call; telemetry shows it while it runs."""
+    """Telemetry shows the prompt's progress while it runs (front ends that poll)."""
     seen: list[tuple[int, int]] = []
     orig = engine.backend.forward
 
-    def forward(ids, progress=None):
+    def forward(ids, progress=None, cancel=None):
         if progress is None:  # a decode step
-            return orig(ids, None)
+            return orig(ids, None, cancel)
 
         def spy(done, total):
             progress(done, total)
             t = engine.telemetry()
             seen.append((t.prompt_done, t.prompt_total))
 
-        return orig(ids, spy)
+        return orig(ids, spy, cancel)
 
     engine.backend.forward = forward  # type: ignore[method-assign]
     conv = Conversation((Message("user", "hello there"),), current_date="2026-11-29")

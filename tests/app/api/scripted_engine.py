@@ -50,13 +50,13 @@ class ScriptedLogits:
             self.banned = set()
             self.fail_after = None
 
-    def forward(self, ids: list[int], progress: Any = None) -> torch.Tensor:
+    def forward(self, ids: list[int], progress: Any = None, cancel: Any = None) -> torch.Tensor:
         if self.fail_after is not None:
             if self.fail_after <= 0:
                 self.fail_after = None
                 raise RuntimeError("simulated device failure")
             self.fail_after -= 1
-        logits = self.inner.forward(ids, progress)
+        logits = self.inner.forward(ids, progress, cancel)
         with self._lock:
             if progress is not None:  # the session's prefill: a new generation starts
                 self.prefills.append(list(ids))
