@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from engine.grammar import Constraint
 from engine.types import Conversation, GenerationParams, Message, Tool, ToolCall
 
 from .errors import invalid
-from .fields import describe, get_bool, get_choice, get_dict, get_float, get_int, get_list, get_stop, get_str, type_name
-from .tools_schema import apply_tool_choice, check_unique, parse_tool
+from .fields import describe, get_bool, get_choice, get_dict, get_int, get_list, get_str, type_name
+from .params import CHAT_KEYS, unknown_fields
+from .params import sampling_params as sampling_params
+from .structured import add_format_note, parse_format, tool_constraint
+from .tools_schema import BUILTIN_NOTE, apply_tool_choice, check_unique, is_function_tool, parse_tool
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 EFFORTS = ("low", "medium", "high")
-SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 @dataclass(frozen=True)
@@ -24,27 +27,14 @@ class ChatRequest:
     params: GenerationParams
     stream: bool
     include_usage: bool
+    constraint: Constraint | None = None
+    warnings: list[str] = field(default_factory=list)  # ignored input, sent as X-Neural-Warning
 
 
 def parse_effort(value: Any, param: str) -> str:
     if value == "minimal":  # OpenAI's newer lowest level; gpt-oss knows low/medium/high
         return "low"
     return str(get_choice({"v": value}, "v", param, EFFORTS, default="medium"))
-
-
-def sampling_params(body: dict[str, Any], max_tokens: int, *, temperature_default: float = 1.0) -> GenerationParams:
-    """temperature, top_p, seed and stop, shared by all three generation endpoints."""
-    temperature = get_float(body, "temperature", "temperature", lo=0.0, hi=2.0, default=temperature_default)
-    top_p = get_float(body, "top_p", "top_p", lo=0.0, hi=1.0, lo_open=True, default=1.0)
-    seed = get_int(body, "seed", "seed", lo=SEED_RANGE[0], hi=SEED_RANGE[1])
-    for key in ("frequency_penalty", "presence_penalty"):  # accepted for compatibility, not applied
-        get_float(body, key, key, lo=-2.0, hi=2.0)
-    n = get_int(body, "n", "n", lo=1, hi=128, default=1)
-    if n != 1:
-        raise invalid("'n' must be 1: the local engine produces one choice per request.", param="n",
-                      code="unsupported_value")
-    return GenerationParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                            seed=None if seed is None else seed % (2**63), stop=get_stop(body))
 
 
 def max_tokens_param(body: dict[str, Any], keys: tuple[str, ...], limit: int, default: int) -> int:
@@ -154,38 +144,56 @@ def parse_messages(raw: Any) -> tuple[Message, ...]:
     return tuple(out)
 
 
-def parse_chat_tools(body: dict[str, Any]) -> list[Tool]:
+def parse_chat_tools(body: dict[str, Any], warnings: list[str]) -> tuple[list[Tool], Constraint | None]:
     raw = get_list(body, "tools", "tools") or []
     tools: list[Tool] = []
+    strict: set[str] = set()
     for i, t in enumerate(raw):
         p = f"tools[{i}]"
         if not isinstance(t, dict):
             raise invalid(f"'{p}' must be an object, got {type_name(t)}.", param=p, code="invalid_type")
-        if t.get("type") != "function":
-            raise invalid(f"'{p}.type' must be \"function\" (the only tool type this server runs), got "
-                          f"{describe(t.get('type'))}.", param=f"{p}.type", code="invalid_value")
+        if not is_function_tool(t, p):
+            warnings.append(f"{p} of type {describe(t.get('type'))} dropped ({BUILTIN_NOTE})")
+            continue
         fn = get_dict(t, "function", f"{p}.function", required=True)
         tools.append(parse_tool(fn.get("name"), fn.get("description"), fn.get("parameters"), f"{p}.function"))
+        if get_bool(fn, "strict", f"{p}.function.strict"):
+            strict.add(tools[-1].name)
     check_unique(tools, "tools")
-    return apply_tool_choice(tools, body.get("tool_choice"))
+    choice = body.get("tool_choice")
+    offered = apply_tool_choice(tools, choice)
+    return offered, tool_constraint(offered, choice, strict)
 
 
-def parse_chat_request(body: dict[str, Any], *, context_limit: int) -> ChatRequest:
+def parse_chat_request(body: dict[str, Any], *, context_limit: int, vocab_size: int) -> ChatRequest:
+    warnings = [f"unknown field '{k}' ignored" for k in unknown_fields(body, CHAT_KEYS)]
     model = get_str(body, "model", "model")
     messages = parse_messages(body.get("messages"))
-    tools = parse_chat_tools(body)
+    tools, forced = parse_chat_tools(body, warnings)
     effort = parse_effort(body.get("reasoning_effort"), "reasoning_effort")
     max_tokens = max_tokens_param(body, ("max_tokens", "max_completion_tokens"), context_limit, context_limit)
-    params = sampling_params(body, max_tokens)
+    params = sampling_params(body, max_tokens, vocab_size)
+    get_bool(body, "parallel_tool_calls", "parallel_tool_calls", default=True)  # one call per turn: always met
+    for key in ("functions", "function_call"):
+        if body.get(key) is not None:
+            raise invalid(f"'{key}' is the deprecated function-calling format; send 'tools' and 'tool_choice'.",
+                          param=key, code="unsupported_parameter")
+    for key in ("audio", "prediction", "web_search_options"):
+        if body.get(key) is not None:
+            raise invalid(f"'{key}' is not supported by this local server.", param=key, code="unsupported_parameter")
+    if body.get("modalities") not in (None, ["text"]):
+        raise invalid("'modalities' must be [\"text\"]: gpt-oss writes text only.", param="modalities",
+                      code="unsupported_value")
+    if get_int(body, "top_logprobs", "top_logprobs", lo=0, hi=20):
+        raise invalid("'top_logprobs' is not supported by this server.", param="top_logprobs",
+                      code="unsupported_parameter")
     stream = get_bool(body, "stream", "stream")
     opts = get_dict(body, "stream_options", "stream_options") or {}
     include_usage = get_bool(opts, "include_usage", "stream_options.include_usage")
     if get_bool(body, "logprobs", "logprobs"):
         raise invalid("'logprobs' is not supported by this server.", param="logprobs", code="unsupported_parameter")
-    fmt = get_dict(body, "response_format", "response_format")
-    if fmt is not None and fmt.get("type", "text") != "text":
-        raise invalid(f"'response_format' type {describe(fmt.get('type'))} is not supported; only \"text\" is "
-                      f"(ask for JSON in the prompt instead).", param="response_format.type",
-                      code="unsupported_value")
+    fmt_constraint, note = parse_format(body.get("response_format"), "response_format", nested=True)
+    messages = add_format_note(messages, note)
     conv = Conversation(messages=messages, tools=tuple(tools), reasoning_effort=effort)  # type: ignore[arg-type]
-    return ChatRequest(model=model, conversation=conv, params=params, stream=stream, include_usage=include_usage)
+    return ChatRequest(model=model, conversation=conv, params=params, stream=stream, include_usage=include_usage,
+                       constraint=forced or fmt_constraint, warnings=warnings)

@@ -6,8 +6,11 @@ from dataclasses import dataclass
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-DEFAULT_QUEUE = 8
+DEFAULT_QUEUE = 32  # holds a parallel agent fan-out (sub-agents, batch tools) without 429s
 DEFAULT_MAX_BODY_MB = 16.0
+DEFAULT_HEADER_TIMEOUT_S = 30.0
+DEFAULT_BODY_TIMEOUT_S = 60.0
+DEFAULT_STALL_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -20,6 +23,11 @@ class ServerConfig:
     max_waiting: int = DEFAULT_QUEUE  # requests that may wait behind the running one before 429
     max_body_bytes: int = int(DEFAULT_MAX_BODY_MB * 1024 * 1024)
     model_id: str | None = None  # the id /v1/models reports; None = the engine's model name
+    # a connection that has not sent a complete request head within this closes (also the idle keep-alive)
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # the whole body must arrive within this (else 408)
+    # a streaming client that reads nothing for this long is dropped and its generation cancelled
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -30,3 +38,8 @@ class ServerConfig:
             raise ValueError("max body size must be at least 1 KiB")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api key must not be empty")
+        if self.api_key is not None and not self.api_key.isascii():
+            raise ValueError("api key must be ASCII (it travels in an HTTP header)")
+        for name in ("header_timeout_s", "body_timeout_s", "stall_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")

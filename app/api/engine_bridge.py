@@ -3,8 +3,9 @@
 ``Engine.generate`` is a blocking generator and the engine runs one generation at a time,
 so a single dedicated worker thread drains a FIFO of jobs. Each job's events travel back to
 the event loop through ``loop.call_soon_threadsafe`` into an ``asyncio.Queue`` that the
-request handler iterates. The waiting line is bounded: a full line answers 429 at once
-rather than letting clients pile up behind a long generation. Cancelling a job (client
+request handler iterates. The waiting line is bounded: a full line answers 429 at once,
+with a ``Retry-After`` from the measured generation time, rather than letting clients pile up
+behind a long generation. Cancelling a job (client
 gone) sets its :class:`CancelToken`, which the engine checks between tokens, and drops it
 from the line if it had not started yet.
 """
@@ -23,6 +24,7 @@ from typing import Any
 from engine.types import CancelToken, Done, Event, Usage
 
 from .errors import ApiError
+from .queue_policy import QueuePolicy
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ class Job:
         self.enqueued_at = time.monotonic()
         self.started = asyncio.Event()
         self.finished = False
+        self.started_at: float | None = None
 
     # -- worker thread side --------------------------------------------------------------
     def _post(self, item: Any) -> None:
@@ -53,6 +56,7 @@ class Job:
             self.cancel_token.cancel()
 
     def _mark_started(self) -> None:
+        self.started_at = time.monotonic()
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self.started.set)
 
@@ -98,10 +102,12 @@ class Job:
 class EngineBridge:
     """Owns the worker thread and the bounded FIFO in front of the engine."""
 
-    def __init__(self, max_waiting: int = 8) -> None:
+    def __init__(self, max_waiting: int = 32) -> None:
         if max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
         self.max_waiting = max_waiting
+        self.policy = QueuePolicy(max_waiting)
+        self.rejected = 0
         self._cond = threading.Condition()
         self._waiting: collections.deque[Job] = collections.deque()
         self._running: Job | None = None
@@ -132,20 +138,28 @@ class EngineBridge:
         if thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, thread.join, timeout)
 
-    def submit(self, work: Work) -> Job:
-        """Queue a generation; raises a 429 :class:`ApiError` when the line is full."""
+    def submit(self, work: Work, retry_key: str | None = None) -> Job:
+        """Queue a generation; raises a 429 :class:`ApiError` when the line is full.
+
+        ``retry_key`` identifies a request across client retries (a hash of its body): one that
+        was refused keeps its place ahead of newcomers when it comes back (see QueuePolicy)."""
         job = Job(self, work, asyncio.get_running_loop())
         with self._cond:
             if self._stopping or self._thread is None:
                 raise ApiError(503, "The server is shutting down; retry against a running server.",
                                code="server_stopping")
             busy = self._running is not None or bool(self._waiting)
-            if busy and len(self._waiting) >= self.max_waiting:
+            now = time.monotonic()
+            running_for = now - self._running.started_at if self._running and self._running.started_at else 0.0
+            if busy and not self.policy.admit(len(self._waiting), retry_key, now):
+                wait = self.policy.retry_after(len(self._waiting), running_for, now, retry_key)
+                self.rejected += 1
                 raise ApiError(
                     429,
                     f"The engine is busy and {len(self._waiting)} request(s) are already waiting (limit "
-                    f"{self.max_waiting}, set with --queue). Retry after the current generation finishes.",
-                    code="queue_full", headers={"Retry-After": "1"},
+                    f"{self.max_waiting}, set with --queue). Retry in about {wait} s; this request keeps its "
+                    f"place in line if it is retried unchanged.",
+                    code="queue_full", headers={"Retry-After": str(wait)},
                 )
             self._waiting.append(job)
             self._cond.notify()
@@ -184,5 +198,7 @@ class EngineBridge:
                     job._run()
             finally:
                 with self._cond:
+                    if job.started_at is not None:
+                        self.policy.record_duration(time.monotonic() - job.started_at)
                     self._running = None
                     self.completed += 1

@@ -8,11 +8,15 @@ subclasses ``int``).
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import math
+import re
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from .errors import ApiError, invalid
 
@@ -28,14 +32,28 @@ def describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-async def read_json_object(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400/413/415 naming what is wrong."""
+BODY_HASH_KEY = web.RequestKey("neural_body_hash", str)  # identifies a request across client retries
+
+
+async def read_json_object(request: web.Request, timeout: float = 60.0) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400/408/413/415 naming what is wrong."""
     ctype = request.content_type
     # Only JSON (or no type): a browser form or text/plain POST from another site never gets through.
     if ctype not in ("application/json", "") and not ctype.endswith("+json"):
         raise ApiError(415, f"Content-Type must be application/json, got {ctype!r} (with curl, add "
                        f"-H 'Content-Type: application/json').", code="unsupported_media_type")
-    raw = await request.read()  # aiohttp enforces client_max_size here (-> 413)
+    try:
+        raw = await asyncio.wait_for(request.read(), timeout)  # aiohttp enforces client_max_size (-> 413)
+    except TimeoutError:
+        raise ApiError(408, f"The request body did not arrive within {timeout:g} s.", code="body_timeout") from None
+    except RequestPayloadError as exc:  # e.g. Content-Encoding: gzip on a body that is not gzip
+        enc = request.headers.get("Content-Encoding", "")
+        raise invalid(f"Request body could not be read{f' as Content-Encoding {enc!r}' if enc else ''}: "
+                      f"{str(exc).splitlines()[-1].strip() or exc}.", code="invalid_body") from None
+    digest = hashlib.sha256(request.path.encode())
+    digest.update(request.headers.get("Authorization", "").encode("utf-8", "surrogateescape"))
+    digest.update(raw)
+    request[BODY_HASH_KEY] = digest.hexdigest()
     if not raw.strip():
         raise invalid("Request body is empty; send a JSON object such as {\"model\": ..., \"messages\": [...]}.",
                       code="invalid_json")
@@ -54,7 +72,40 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raise invalid("Request body is nested too deeply.", code="invalid_json") from None
     if not isinstance(data, dict):
         raise invalid(f"Request body must be a JSON object, got {type_name(data)}.", code="invalid_json")
+    if _ESCAPED_SURROGATE.search(text):  # only a \uD8xx escape can put a lone surrogate in a str
+        try:
+            where = find_lone_surrogate(data, "")
+        except RecursionError:
+            raise invalid("Request body is nested too deeply.", code="invalid_json") from None
+        if where is not None:
+            raise invalid(f"'{where or 'body'}' holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF without its "
+                          f"pair), which is not text; send valid Unicode.", param=where or None,
+                          code="invalid_unicode")
     return data
+
+
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE = re.compile("[\ud800-\udfff]")
+
+
+def find_lone_surrogate(value: Any, path: str) -> str | None:
+    """The parameter path of the first string (or key) holding a lone surrogate, else None."""
+    if isinstance(value, str):
+        return path if _LONE.search(value) else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if _LONE.search(k):
+                return path or "body"
+            hit = find_lone_surrogate(v, sub)
+            if hit is not None:
+                return hit
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            hit = find_lone_surrogate(v, f"{path}[{i}]")
+            if hit is not None:
+                return hit
+    return None
 
 
 def _reject_constant(name: str) -> Any:

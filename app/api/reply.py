@@ -8,6 +8,7 @@ engine itself (``GenerationParams.stop``, final channel only).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Literal
@@ -27,8 +28,12 @@ class Piece:
 
 
 class Reply:
-    def __init__(self, job: Job) -> None:
+    """``t0``: when the request arrived (perf_counter), for the time to first token."""
+
+    def __init__(self, job: Job, t0: float | None = None) -> None:
         self.job = job
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self.ttft: float | None = None
         self.finish_reason = "stop"
         self.usage = Usage()
         self.error: str | None = None
@@ -40,6 +45,8 @@ class Reply:
         """Yield pieces until the engine is done; cancels the job if the consumer goes away."""
         try:
             async for ev in self.job:
+                if self.ttft is None and isinstance(ev, TextDelta | ToolCallEvent):
+                    self.ttft = time.perf_counter() - self.t0
                 if isinstance(ev, TextDelta):
                     if ev.channel == "analysis":
                         self.reasoning += ev.text

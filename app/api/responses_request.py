@@ -12,12 +12,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.grammar import Constraint
 from engine.types import Conversation, GenerationParams, Message, Tool, ToolCall
 
-from .chat_request import max_tokens_param, parse_effort, sampling_params, text_content
+from .chat_request import max_tokens_param, parse_effort, text_content
 from .errors import invalid
-from .fields import describe, get_bool, get_dict, get_list, get_str, type_name
-from .tools_schema import apply_tool_choice, check_unique, parse_tool
+from .fields import describe, get_bool, get_dict, get_int, get_list, get_str, type_name
+from .params import RESPONSES_KEYS, sampling_params, unknown_fields
+from .structured import add_format_note, parse_format, tool_constraint
+from .tools_schema import BUILTIN_NOTE, apply_tool_choice, check_unique, is_function_tool, parse_tool
 
 INPUT_ROLES = ("user", "system", "developer", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
@@ -30,6 +33,8 @@ class ResponsesRequest:
     params: GenerationParams
     stream: bool
     echo: dict[str, Any] = field(default_factory=dict)  # request fields repeated in the response object
+    constraint: Constraint | None = None
+    warnings: list[str] = field(default_factory=list)  # ignored input, sent as X-Neural-Warning
 
 
 @dataclass
@@ -126,23 +131,45 @@ def parse_input(raw: Any) -> list[Message]:
     return out
 
 
-def parse_response_tools(body: dict[str, Any]) -> list[Tool]:
+def _function_tool(t: dict[str, Any], p: str, tools: list[Tool], strict: set[str]) -> None:
+    nested = t.get("function")
+    fn: dict[str, Any] = nested if isinstance(nested, dict) else t  # flat, or chat-style nesting
+    tools.append(parse_tool(fn.get("name"), fn.get("description"), fn.get("parameters"), p))
+    if get_bool(fn, "strict", f"{p}.strict"):
+        strict.add(tools[-1].name)
+
+
+def parse_response_tools(body: dict[str, Any], warnings: list[str]) -> tuple[list[Tool], Constraint | None]:
+    """Function tools, plus those inside ``namespace`` tools (they join the functions namespace under
+    their own names); built-in tools are dropped with a warning instead of failing the request."""
     raw = get_list(body, "tools", "tools") or []
     tools: list[Tool] = []
+    strict: set[str] = set()
     for i, t in enumerate(raw):
         p = f"tools[{i}]"
         if not isinstance(t, dict):
             raise invalid(f"'{p}' must be an object, got {type_name(t)}.", param=p, code="invalid_type")
-        if t.get("type") != "function":
-            raise invalid(f"'{p}.type' {describe(t.get('type'))} is not supported: this server runs only "
-                          f"\"function\" tools (built-in tools such as web search are not available).",
-                          param=f"{p}.type", code="invalid_value")
-        tools.append(parse_tool(t.get("name"), t.get("description"), t.get("parameters"), p))
+        if t.get("type") == "namespace":
+            for j, sub in enumerate(get_list(t, "tools", f"{p}.tools") or []):
+                sp = f"{p}.tools[{j}]"
+                if not isinstance(sub, dict):
+                    raise invalid(f"'{sp}' must be an object, got {type_name(sub)}.", param=sp, code="invalid_type")
+                if is_function_tool(sub, sp):
+                    _function_tool(sub, sp, tools, strict)
+                else:
+                    warnings.append(f"{sp} of type {describe(sub.get('type'))} dropped ({BUILTIN_NOTE})")
+        elif is_function_tool(t, p):
+            _function_tool(t, p, tools, strict)
+        else:
+            warnings.append(f"{p} of type {describe(t.get('type'))} dropped ({BUILTIN_NOTE})")
     check_unique(tools, "tools")
-    return apply_tool_choice(tools, body.get("tool_choice"), flat=True)
+    choice = body.get("tool_choice")
+    offered = apply_tool_choice(tools, choice, flat=True)
+    return offered, tool_constraint(offered, choice, strict)
 
 
-def parse_responses_request(body: dict[str, Any], *, context_limit: int) -> ResponsesRequest:
+def parse_responses_request(body: dict[str, Any], *, context_limit: int, vocab_size: int) -> ResponsesRequest:
+    warnings = [f"unknown field '{k}' ignored" for k in unknown_fields(body, RESPONSES_KEYS)]
     model = get_str(body, "model", "model")
     if body.get("previous_response_id") is not None:
         raise invalid("'previous_response_id' is not supported: this local server stores no responses. Send the "
@@ -151,17 +178,27 @@ def parse_responses_request(body: dict[str, Any], *, context_limit: int) -> Resp
     messages = parse_input(body.get("input"))
     if instructions:
         messages.insert(0, Message("developer", instructions))
-    tools = parse_response_tools(body)
+    tools, forced = parse_response_tools(body, warnings)
     reasoning = get_dict(body, "reasoning", "reasoning") or {}
     effort = parse_effort(reasoning.get("effort"), "reasoning.effort")
     text_cfg = get_dict(body, "text", "text") or {}
-    fmt = get_dict(text_cfg, "format", "text.format") or {}
-    if fmt.get("type", "text") != "text":
-        raise invalid(f"'text.format.type' {describe(fmt.get('type'))} is not supported; only \"text\" is.",
-                      param="text.format.type", code="unsupported_value")
+    fmt_raw = text_cfg.get("format")
+    fmt_constraint, note = parse_format(fmt_raw, "text.format", nested=False)
     max_tokens = max_tokens_param(body, ("max_output_tokens",), context_limit, context_limit)
-    params = sampling_params(body, max_tokens)
+    params = sampling_params(body, max_tokens, vocab_size)
     stream = get_bool(body, "stream", "stream")
+    parallel = get_bool(body, "parallel_tool_calls", "parallel_tool_calls", default=True)
+    if body.get("background"):
+        raise invalid("'background' responses need stored responses, which this server does not keep.",
+                      param="background", code="unsupported_parameter")
+    if get_int(body, "top_logprobs", "top_logprobs", lo=0, hi=20):
+        raise invalid("'top_logprobs' is not supported by this server.", param="top_logprobs",
+                      code="unsupported_parameter")
+    if body.get("conversation") is not None or body.get("prompt") is not None:
+        key = "conversation" if body.get("conversation") is not None else "prompt"
+        raise invalid(f"'{key}' needs objects stored on OpenAI's servers; send the full 'input' instead.",
+                      param=key, code="unsupported_parameter")
+    messages = list(add_format_note(tuple(messages), note))
     conv = Conversation(messages=tuple(messages), tools=tuple(tools), reasoning_effort=effort)  # type: ignore[arg-type]
     echo = {
         "instructions": instructions,
@@ -171,11 +208,12 @@ def parse_responses_request(body: dict[str, Any], *, context_limit: int) -> Resp
         "tool_choice": body.get("tool_choice") or "auto",
         "tools": raw_tools if isinstance(raw_tools := body.get("tools"), list) else [],
         "reasoning": {"effort": effort, "summary": None},
-        "parallel_tool_calls": True,
-        "text": {"format": {"type": "text"}},
+        "parallel_tool_calls": parallel,
+        "text": {"format": fmt_raw if isinstance(fmt_raw, dict) else {"type": "text"}},
         "store": False,
         "metadata": body.get("metadata") if isinstance(body.get("metadata"), dict) else {},
         "previous_response_id": None,
         "truncation": "disabled",
     }
-    return ResponsesRequest(model=model, conversation=conv, params=params, stream=stream, echo=echo)
+    return ResponsesRequest(model=model, conversation=conv, params=params, stream=stream, echo=echo,
+                            constraint=forced or fmt_constraint, warnings=warnings)

@@ -5,18 +5,22 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from engine.types import ToolCall
 
+from .app_key import SERVER_KEY
 from .chat_request import ChatRequest, parse_chat_request
 from .fields import read_json_object
+from .observe import T0_KEY
 from .reply import Reply
-from .server import SERVER_KEY, ApiServer
 from .sse import ClientGone, SseWriter
 from .usage import chat_usage
+
+if TYPE_CHECKING:
+    from .server import ApiServer
 
 routes = web.RouteTableDef()
 
@@ -38,19 +42,26 @@ def reasoning_tokens(server: ApiServer, reply: Reply) -> int:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     server = request.app[SERVER_KEY]
     engine = server.require_engine()
-    body = await read_json_object(request)
-    req = parse_chat_request(body, context_limit=server.context_limit(engine))
-    n_prompt = await server.prompt_tokens(lambda: len(engine.render(req.conversation)))
-    await server.check_fits(engine, n_prompt)
-    job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel))
-    reply = Reply(job)
+    body = await read_json_object(request, server.config.body_timeout_s)
+    req = parse_chat_request(body, context_limit=server.context_limit(engine),
+                             vocab_size=int(engine.config.vocab_size))
+    guide = await server.compile(engine, req.constraint, "response_format" if req.constraint and
+                                 req.constraint.kind == "json" else "tool_choice")
+    await server.check_conversation_fits(engine, req.conversation, "messages")
+    job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request)
+    reply = Reply(job, request.get(T0_KEY))
+    server.track(request, reply, req.warnings)
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()), "model": server.model_id,
             "system_fingerprint": "neural-" + engine.info.fingerprint[:12]}
     if req.stream:
         return await _stream(request, server, req, reply, meta)
-    async with contextlib.aclosing(reply.pieces()) as pieces:
-        async for _ in pieces:
-            pass
+    try:
+        async with contextlib.aclosing(reply.pieces()) as pieces:
+            async for _ in pieces:
+                pass
+    finally:
+        if not job.finished:
+            job.cancel()
     reply.raise_if_failed()
     message: dict[str, Any] = {"role": "assistant", "content": reply.content or (None if reply.tool_calls else ""),
                                "refusal": None}
@@ -67,7 +78,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def _stream(request: web.Request, server: ApiServer, req: ChatRequest, reply: Reply,
                   meta: dict[str, Any]) -> web.StreamResponse:
-    sse = SseWriter(request)
+    sse = SseWriter(request, server.config.stall_timeout_s)
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         out = {**meta, "object": "chat.completion.chunk",
@@ -101,4 +112,7 @@ async def _stream(request: web.Request, server: ApiServer, req: ChatRequest, rep
         await sse.done()
     except ClientGone:
         reply.job.cancel()
+    finally:  # any failure while streaming: no generation may run on without its client
+        if not reply.job.finished:
+            reply.job.cancel()
     return await sse.close()

@@ -9,11 +9,13 @@ from typing import Any
 
 from aiohttp import web
 
-from .chat_request import max_tokens_param, sampling_params
+from .app_key import SERVER_KEY
+from .chat_request import max_tokens_param
 from .errors import invalid
 from .fields import describe, get_bool, get_dict, get_int, read_json_object, type_name
+from .observe import T0_KEY
+from .params import COMPLETION_KEYS, sampling_params, unknown_fields
 from .reply import Reply
-from .server import SERVER_KEY
 from .sse import ClientGone, SseWriter
 from .usage import chat_usage
 
@@ -41,10 +43,12 @@ def parse_prompt(body: dict[str, Any]) -> str:
 async def completions(request: web.Request) -> web.StreamResponse:
     server = request.app[SERVER_KEY]
     engine = server.require_engine()
-    body = await read_json_object(request)
+    body = await read_json_object(request, server.config.body_timeout_s)
+    warnings = [f"unknown field '{k}' ignored" for k in unknown_fields(body, COMPLETION_KEYS)]
     prompt = parse_prompt(body)
     limit = server.context_limit(engine)
-    params = sampling_params(body, max_tokens_param(body, ("max_tokens",), limit, DEFAULT_MAX_TOKENS))
+    params = sampling_params(body, max_tokens_param(body, ("max_tokens",), limit, DEFAULT_MAX_TOKENS),
+                             int(engine.config.vocab_size))
     stream = get_bool(body, "stream", "stream")
     include_usage = get_bool(get_dict(body, "stream_options", "stream_options") or {}, "include_usage",
                              "stream_options.include_usage")
@@ -56,9 +60,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
         raise invalid("'logprobs' is not supported by this server.", param="logprobs", code="unsupported_parameter")
     if get_int(body, "best_of", "best_of", lo=1, hi=20, default=1) != 1:
         raise invalid("'best_of' must be 1 on this server.", param="best_of", code="unsupported_value")
-    n_prompt = await server.prompt_tokens(lambda: engine.count_tokens(prompt))
-    await server.check_fits(engine, n_prompt, "prompt")
-    reply = Reply(server.submit(lambda cancel: engine.complete(prompt, params, cancel)))
+    await server.check_text_fits(engine, prompt, "prompt")
+    job = server.submit(lambda cancel: engine.complete(prompt, params, cancel), request)
+    reply = Reply(job, request.get(T0_KEY))
+    server.track(request, reply, warnings)
     meta = {"id": "cmpl-" + secrets.token_hex(12), "object": "text_completion", "created": int(time.time()),
             "model": server.model_id, "system_fingerprint": "neural-" + engine.info.fingerprint[:12]}
 
@@ -66,15 +71,19 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
 
     if not stream:
-        async with contextlib.aclosing(reply.pieces()) as pieces:
-            async for _ in pieces:
-                pass
+        try:
+            async with contextlib.aclosing(reply.pieces()) as pieces:
+                async for _ in pieces:
+                    pass
+        finally:
+            if not job.finished:
+                job.cancel()
         reply.raise_if_failed()
         text = (prompt if echo else "") + reply.content
         return web.json_response({**meta, "choices": [choice(text, reply.finish_reason)],
                                   "usage": chat_usage(reply.usage)})
 
-    sse = SseWriter(request)
+    sse = SseWriter(request, server.config.stall_timeout_s)
     try:
         if echo:
             await sse.send({**meta, "choices": [choice(prompt, None)]})
@@ -92,4 +101,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await sse.done()
     except ClientGone:
         reply.job.cancel()
+    finally:  # any failure while streaming: no generation may run on without its client
+        if not job.finished:
+            job.cancel()
     return await sse.close()

@@ -1,4 +1,4 @@
-"""``GET /v1/models``, ``GET /v1/models/{id}`` and ``GET /health``."""
+"""``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` and ``GET /metrics``."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .app_key import SERVER_KEY
 from .errors import ApiError
-from .server import SERVER_KEY
 
 routes = web.RouteTableDef()
 
@@ -43,3 +43,9 @@ async def get_model(request: web.Request) -> web.Response:
 @routes.get("/health")
 async def health(request: web.Request) -> web.Response:
     return web.json_response(request.app[SERVER_KEY].health())
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text format: requests, tokens, time to first token, decode rate, queue, VRAM hit rate."""
+    return request.app[SERVER_KEY].metrics.render()

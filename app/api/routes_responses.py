@@ -9,11 +9,12 @@ from typing import Any
 
 from aiohttp import web
 
+from .app_key import SERVER_KEY
 from .fields import read_json_object
+from .observe import T0_KEY
 from .reply import Reply
 from .responses_output import ResponseBuilder
 from .responses_request import parse_responses_request
-from .server import SERVER_KEY
 from .sse import ClientGone, SseWriter
 from .usage import responses_usage
 
@@ -24,11 +25,15 @@ routes = web.RouteTableDef()
 async def create_response(request: web.Request) -> web.StreamResponse:
     server = request.app[SERVER_KEY]
     engine = server.require_engine()
-    body = await read_json_object(request)
-    req = parse_responses_request(body, context_limit=server.context_limit(engine))
-    n_prompt = await server.prompt_tokens(lambda: len(engine.render(req.conversation)))
-    await server.check_fits(engine, n_prompt, "input")
-    reply = Reply(server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel)))
+    body = await read_json_object(request, server.config.body_timeout_s)
+    req = parse_responses_request(body, context_limit=server.context_limit(engine),
+                                  vocab_size=int(engine.config.vocab_size))
+    guide = await server.compile(engine, req.constraint, "text.format" if req.constraint and
+                                 req.constraint.kind == "json" else "tool_choice")
+    await server.check_conversation_fits(engine, req.conversation, "input")
+    job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request)
+    reply = Reply(job, request.get(T0_KEY))
+    server.track(request, reply, req.warnings)
     builder = ResponseBuilder()
     created = time.time()
     resp: dict[str, Any] = {
@@ -50,14 +55,18 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         return resp
 
     if not req.stream:
-        async with contextlib.aclosing(reply.pieces()) as pieces:
-            async for piece in pieces:
-                builder.feed(piece)
+        try:
+            async with contextlib.aclosing(reply.pieces()) as pieces:
+                async for piece in pieces:
+                    builder.feed(piece)
+        finally:
+            if not job.finished:
+                job.cancel()
         builder.finish(incomplete=reply.finish_reason == "length")
         reply.raise_if_failed()
         return web.json_response(finalize())
 
-    sse = SseWriter(request)
+    sse = SseWriter(request, server.config.stall_timeout_s)
 
     async def send(ev: dict[str, Any]) -> None:
         await sse.send(ev, event=ev["type"])
@@ -79,4 +88,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         await send(builder.event(kind, response=final))
     except ClientGone:
         reply.job.cancel()
+    finally:  # any failure while streaming: no generation may run on without its client
+        if not job.finished:
+            job.cancel()
     return await sse.close()

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CONFIG_KEY: web.AppKey[ServerConfig] = web.AppKey("neural_api_config", ServerConfig)
 
-PUBLIC_PATHS = frozenset({"/health"})  # answer without the API key (liveness probes)
+PUBLIC_PATHS = frozenset({"/health"})  # answer without the API key (liveness probes); /metrics needs the key
 
 
 def host_name(host_header: str) -> str:
@@ -135,11 +135,13 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         auth = request.headers.get("Authorization", "")
         scheme, _, token = auth.partition(" ")
         if not auth:
-            raise ApiError(401, "Missing API key: this server was started with --api-key, so send the header "
-                           "'Authorization: Bearer <key>'.", code="missing_api_key")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
-            raise ApiError(401, "Incorrect API key provided; use the key the server was started with "
-                           "(--api-key).", code="invalid_api_key")
+            raise ApiError(401, "Missing API key: this server requires one (NEURAL_API_KEY or --api-key-file), so "
+                           "send the header 'Authorization: Bearer <key>'.", code="missing_api_key")
+        # headers arrive as str with undecodable bytes escaped; surrogateescape round-trips them
+        given = token.strip().encode("utf-8", "surrogateescape")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, cfg.api_key.encode()):
+            raise ApiError(401, "Incorrect API key provided; use the key the server was started with.",
+                           code="invalid_api_key")
     return await handler(request)
 
 

@@ -8,20 +8,31 @@ The engine may be swapped or be ``None`` while a model loads; requests then get 
 from __future__ import annotations
 
 import asyncio
+import collections
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from engine.grammar import CompiledConstraint, Constraint, GrammarError, compile_constraint
+from engine.types import Conversation
+
+from . import prompt_size
+from .app_key import SERVER_KEY
 from .config import ServerConfig
-from .engine_bridge import EngineBridge, Work
+from .engine_bridge import EngineBridge, Job, Work
 from .errors import ApiError
+from .fields import BODY_HASH_KEY
+from .observe import REPLY_KEY, Metrics, add_warning_header, make_access_middleware, warn
 from .security import CONFIG_KEY, MIDDLEWARES, add_cors_headers
 
 if TYPE_CHECKING:
     from engine.session import Engine
+
+    from .reply import Reply
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +47,19 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self.port: int | None = None
+        self.metrics = Metrics(self)
+        self._grammars: collections.OrderedDict[tuple[int, str], CompiledConstraint] = collections.OrderedDict()
 
     # ---- lifecycle -------------------------------------------------------------------------
     def build_app(self) -> web.Application:
         from . import routes_chat, routes_completions, routes_models, routes_responses
 
-        app = web.Application(middlewares=MIDDLEWARES, client_max_size=self.config.max_body_bytes)
+        app = web.Application(middlewares=[make_access_middleware(self), *MIDDLEWARES],
+                              client_max_size=self.config.max_body_bytes)
         app[CONFIG_KEY] = self.config
         app[SERVER_KEY] = self
         app.on_response_prepare.append(add_cors_headers)
+        app.on_response_prepare.append(add_warning_header)
         for module in (routes_models, routes_chat, routes_completions, routes_responses):
             app.add_routes(module.routes)
         return app
@@ -56,7 +71,9 @@ class ApiServer:
         self.bridge.start()
         # handler_cancellation: a vanished client cancels its handler, which cancels the
         # generation instead of letting it run to max_tokens.
-        runner = web.AppRunner(self.build_app(), handler_cancellation=True, access_log=log)
+        # keepalive_timeout also closes a connection whose request head never completes (slow headers)
+        runner = web.AppRunner(self.build_app(), handler_cancellation=True, access_log=None,
+                               keepalive_timeout=self.config.header_timeout_s)
         await runner.setup()
         # asyncio's default SO_REUSEADDR choice: on Windows it would let another process share the port.
         site = web.TCPSite(runner, self.config.host, self.config.port)
@@ -111,16 +128,74 @@ class ApiServer:
         """Token count of a prompt, computed off the event loop (long prompts take a while)."""
         return await asyncio.get_running_loop().run_in_executor(None, count)
 
-    async def check_fits(self, engine: Engine, n_prompt: int, param: str = "messages") -> None:
+    async def check_fits(self, engine: Engine, n_prompt: int, param: str = "messages", about: bool = False) -> None:
         limit = self.context_limit(engine)
         if n_prompt >= limit:
-            raise ApiError(400, f"This model's context is {limit} tokens, but the prompt is {n_prompt} tokens. "
-                           f"Shorten the {param} (or start the engine with a larger context).", param=param,
-                           code="context_length_exceeded")
+            raise ApiError(400, f"This model's context is {limit} tokens, but the prompt is {'about ' if about else ''}"
+                           f"{n_prompt} tokens. Shorten the {param} (or start the engine with a larger context).",
+                           param=param, code="context_length_exceeded")
 
-    def submit(self, work: Work) -> Any:
+    async def check_conversation_fits(self, engine: Engine, conv: Conversation, param: str) -> None:
+        """A bound from the character count first (no tokenizing), then a count that leaves the loop free."""
+        texts = prompt_size.conversation_texts(conv)
+        low = prompt_size.lower_bound(texts, engine.tokenizer)
+        if low >= self.context_limit(engine):
+            await self.check_fits(engine, low, param, about=True)
+        n = await self.prompt_tokens(
+            lambda: prompt_size.estimate_conversation(conv, engine.tokenizer, lambda: len(engine.render(conv))))
+        await self.check_fits(engine, n, param)
+
+    async def check_text_fits(self, engine: Engine, text: str, param: str) -> None:
+        low = prompt_size.lower_bound([text], engine.tokenizer)
+        if low >= self.context_limit(engine):
+            await self.check_fits(engine, low, param, about=True)
+        if len(text) < prompt_size.EXACT_CHARS:
+            n = await self.prompt_tokens(lambda: engine.count_tokens(text))
+        else:
+            n = await self.prompt_tokens(lambda: prompt_size.batch_count(engine.tokenizer, [text]))
+        await self.check_fits(engine, n, param)
+
+    async def compile(self, engine: Engine, constraint: Constraint | None, param: str) -> CompiledConstraint | None:
+        """Check and bind a constraint (cached; off the loop: the first one indexes the vocabulary)."""
+        if constraint is None:
+            return None
+        key = (id(engine), json.dumps([constraint.kind, constraint.schema, constraint.strict,
+                                       [(t.name, t.schema) for t in constraint.tools]], sort_keys=True))
+        hit = self._grammars.get(key)
+        if hit is not None:
+            self._grammars.move_to_end(key)
+            return hit
+
+        def work() -> CompiledConstraint:
+            return compile_constraint(constraint, engine.tokenizer, engine.special, int(engine.config.vocab_size))
+
+        try:
+            compiled = await asyncio.get_running_loop().run_in_executor(None, work)
+        except GrammarError as exc:
+            where = constraint.schema_text or param
+            raise ApiError(400, f"'{where}' cannot be enforced: {exc}.", param=where,
+                           code="invalid_schema") from None
+        self._grammars[key] = compiled
+        while len(self._grammars) > 64:
+            self._grammars.popitem(last=False)
+        return compiled
+
+    def submit(self, work: Work, request: web.Request | None = None) -> Job:
+        retry_key = request.get(BODY_HASH_KEY) if request is not None else None
+        try:
+            job = self.bridge.submit(work, retry_key)
+        except ApiError as exc:
+            if exc.status == 429:
+                self.metrics.rejected.inc()
+            raise
         self.requests_served += 1
-        return self.bridge.submit(work)
+        return job
+
+    def track(self, request: web.Request, reply: Reply, warnings: Sequence[str] = ()) -> None:
+        """Register a generation for the access log and metrics; send the request's warnings."""
+        request[REPLY_KEY] = reply
+        for w in warnings:
+            warn(request, w)
 
     def health(self) -> dict[str, Any]:
         eng = self.engine
@@ -135,7 +210,6 @@ class ApiServer:
         }
 
 
-SERVER_KEY: web.AppKey[ApiServer] = web.AppKey("neural_api_server", ApiServer)
 
 
 async def serve_forever(server: ApiServer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from typing import Any
@@ -14,8 +15,12 @@ class ClientGone(Exception):
 
 
 class SseWriter:
-    def __init__(self, request: web.Request) -> None:
+    """``stall_timeout``: a write that cannot complete for this long (the client stopped reading and
+    the socket buffer is full) counts as a vanished client, so its generation is cancelled."""
+
+    def __init__(self, request: web.Request, stall_timeout: float = 30.0) -> None:
         self.request = request
+        self.stall_timeout = stall_timeout
         self.response = web.StreamResponse(status=200, headers={
             "Content-Type": "text/event-stream; charset=utf-8",
             "Cache-Control": "no-cache",
@@ -31,13 +36,17 @@ class SseWriter:
         if transport is None or transport.is_closing():
             raise ClientGone
         try:
-            await self.response.write(data)
+            await asyncio.wait_for(self.response.write(data), self.stall_timeout)
+        except TimeoutError as exc:
+            transport.abort()  # the stalled reader loses its connection, the engine is freed
+            raise ClientGone from exc
         except ConnectionError as exc:
             raise ClientGone from exc
 
     async def send(self, obj: dict[str, Any], event: str | None = None) -> None:
         head = f"event: {event}\n" if event else ""
-        await self._write((head + "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n").encode())
+        # ensure_ascii: a lone surrogate in model output can never make the encode fail
+        await self._write((head + "data: " + json.dumps(obj) + "\n\n").encode())
 
     async def comment(self, text: str) -> None:
         """An SSE comment: keeps proxies from timing out and detects a vanished client early."""

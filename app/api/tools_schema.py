@@ -81,9 +81,33 @@ def check_unique(tools: list[Tool], param: str) -> None:
         seen.add(t.name)
 
 
+BUILTIN_NOTE = "built-in tools (web search, file search, code interpreter, ...) do not run on this local server"
+
+
+# OpenAI's hosted and client-run tool types (with dated variants such as web_search_2025_08_26)
+_BUILTIN = re.compile(r"^(web_search|web_search_preview|file_search|code_interpreter|computer_use_preview|computer"
+                      r"|computer_use|image_generation|mcp|local_shell|shell|custom|apply_patch|tool_search)"
+                      r"(_[0-9_]+)?$")
+
+
+def is_function_tool(t: dict[str, Any], param: str) -> bool:
+    """True for a function tool; False for a built-in tool type (the caller drops it with a warning);
+    any other type is a 400 naming the field."""
+    kind = t.get("type")
+    if kind == "function":
+        return True
+    if isinstance(kind, str) and _BUILTIN.match(kind):
+        return False
+    raise invalid(f"'{param}.type' must be \"function\" (built-in tool types are dropped with a warning), got "
+                  f"{describe(kind)}.", param=f"{param}.type", code="invalid_value")
+
+
 def apply_tool_choice(tools: list[Tool], choice: Any, *, param: str = "tool_choice", flat: bool = False) -> list[Tool]:
     """The tools to offer the model. ``"none"`` offers none; a named function offers only
-    that one (the engine does not force a call, so ``"required"`` is best effort)."""
+    that one; with ``"required"`` or a name the engine forces the call (see structured.py)."""
+    if choice == "required" and not tools:
+        raise invalid(f"'{param}' is \"required\" but no function tools were given.", param=param,
+                      code="invalid_value")
     if choice is None or choice in ("auto", "required"):
         return tools
     if choice == "none":
