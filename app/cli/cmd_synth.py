@@ -28,8 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{k}", type=int, default=None)
     p.add_argument("--routing", choices=MODES, default=None,
                    help="uniform: no expert favoured; static: a fixed per-layer hot set (router bias); drift: "
-                        "uneven use with a hot set that follows the text (token topics). Default: static when "
-                        "--skew > 0, else uniform")
+                        "uneven use with a hot set that follows the text (token topics); calibrated: a designed "
+                        "text whose routing replays at the design doc's LRU/Belady hit rates (see --report). "
+                        "Default: static when --skew > 0, else uniform")
     p.add_argument("--skew", type=float, default=None,
                    help="routing strength (0 = uniform; 1-2 = skewed; default 1.5 with --routing static|drift)")
     p.add_argument("--fast", action="store_true", help="tiled random expert bytes and scales (speed tests only)")
@@ -43,6 +44,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on ids whose topic switches halfway and on segments of the shipped coding conversation")
     p.add_argument("--segments", type=int, default=8, help="--routing-stats: conversation segments (0: none)")
     p.add_argument("--segment-tokens", type=int, default=1024, help="--routing-stats: tokens per segment")
+    p.add_argument("--report", action="store_true",
+                   help="with --routing calibrated: write nothing; replay the designed trace (shape flags apply, "
+                        "default 120b-shape) and print LRU / Belady / the engine's admission hit rates (SIMULATED)")
+    p.add_argument("--tokens", type=int, default=50_000, help="--report: trace length in tokens")
+    p.add_argument("--slots", default="430,548", help="--report: slot counts to replay (comma-separated)")
+    p.add_argument("--policy-tokens", type=int, default=6000,
+                   help="--report: tokens replayed through the engine's admission policy (slow: Python); 0 = skip")
+    p.add_argument("--prompt-tokens", type=int, default=2048,
+                   help="--report: the policy replay's prompt (it ranks the static hot set)")
 
 
 def _progress() -> Callable[[int, int], None]:
@@ -151,11 +161,66 @@ def _routing_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    """``--routing calibrated --report``: the designed trace's hit rates (docs/perf-residency.md)."""
+    from engine.synth import shape_with
+    from engine.synth.calibrated import CalibratedTables, calibrated_text, designed_trace
+    from engine.synth.policy_replay import replay_policy
+    from engine.synth.replay_sim import HAVE_NUMBA, cache_rates, split_per_layer
+
+    if args.routing != "calibrated":
+        return fail("--report needs --routing calibrated")
+    try:
+        shape = shape_with(args.preset or "120b-shape", num_hidden_layers=args.layers, num_local_experts=args.experts,
+                           hidden_size=args.hidden, intermediate_size=args.intermediate, vocab_size=args.vocab,
+                           num_experts_per_tok=args.top_k, sliding_window=args.window)
+        slots = [int(x) for x in args.slots.split(",") if x.strip()]
+        if not slots or min(slots) < 1:
+            raise ValueError("--slots: give positive slot counts, e.g. 430,548")
+        if args.tokens < 2 or args.policy_tokens < 0:
+            raise ValueError("--tokens must be >= 2 and --policy-tokens >= 0")
+        tables = CalibratedTables(args.seed or 0, shape)
+    except (TypeError, ValueError) as exc:
+        return fail(str(exc))
+    t0 = time.perf_counter()
+    ids = calibrated_text(tables, args.tokens)
+    trace = designed_trace(tables, ids)
+    L, E, K = shape.num_hidden_layers, shape.num_local_experts, shape.num_experts_per_tok
+    print(f"calibrated routing, seed {args.seed or 0}: {L} layers x {E} experts, top-{K}; {args.tokens} tokens "
+          f"({len(set(ids.tolist()))} distinct ids); trace built in {time.perf_counter() - t0:.1f} s"
+          f"{'' if HAVE_NUMBA else ' (numba missing: slow replay)'}")
+    print("SIMULATED hit rates (uses served from VRAM slots):")
+    for n in slots:
+        g = cache_rates(trace, E, n)
+        p = cache_rates(trace, E, n, per_layer=True)
+        quota = sorted(set(split_per_layer(n, L)))
+        print(f"  {n:5d} slots ({n / (L * E):.1%} of {L * E}): one pool for all layers: LRU {g.lru:.3f}  "
+              f"Belady {g.belady:.3f} | per-layer quotas of {'/'.join(map(str, quota))}: LRU {p.lru:.3f}  "
+              f"Belady {p.belady:.3f}")
+    if args.policy_tokens:
+        n_pol = min(args.tokens, args.prompt_tokens + args.policy_tokens)
+        print(f"the engine's admission policy (defaults; static = half the pool, ranked from a "
+              f"{args.prompt_tokens}-token prompt), {n_pol - args.prompt_tokens} decoded tokens:")
+        for n in slots:
+            try:
+                r = replay_policy(trace[:n_pol], E, n, prompt_tokens=args.prompt_tokens)
+            except ValueError as exc:
+                return fail(str(exc))
+            print(f"  {n:5d} slots ({r.static} static): policy {r.hit:.3f} (static {r.static_hit:.3f}), "
+                  f"{r.admissions_per_token:.2f} admissions/token | LRU {r.lru:.3f} "
+                  f"({r.lru_admissions_per_token:.1f} admissions/token) | Belady {r.belady:.3f}")
+    print(f"design doc (recorded coding trace, ~430 slots): LRU 0.406, Belady 0.632 (SIMULATED); "
+          f"{time.perf_counter() - t0:.1f} s in all")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.synth import RoutingSpec, shape_with, write_synthetic_checkpoint
 
     if args.routing_stats is not None:
         return _routing_stats(args)
+    if args.report:
+        return _report(args)
     if args.out is None:
         return fail("--out DIR is required")
     if args.like is not None:

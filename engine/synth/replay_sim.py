@@ -62,7 +62,7 @@ def next_use(keys: np.ndarray) -> np.ndarray:
 
 
 @_jit
-def _lru_hits(keys: np.ndarray, n_keys: int, capacity: int) -> int:
+def _lru_hits(keys: np.ndarray, n_keys: int, capacity: int, count_from: int) -> int:
     # doubly linked list of resident keys, most recent at head; -1 = none
     prev = np.full(n_keys, -1, dtype=np.int64)
     nxt = np.full(n_keys, -1, dtype=np.int64)
@@ -74,7 +74,7 @@ def _lru_hits(keys: np.ndarray, n_keys: int, capacity: int) -> int:
     for i in range(len(keys)):
         k = keys[i]
         if resident[k]:
-            hits += 1
+            hits += i >= count_from
             if k == head:
                 continue
             p, q = prev[k], nxt[k]  # unlink (k is not head, so p >= 0)
@@ -108,7 +108,7 @@ def _lru_hits(keys: np.ndarray, n_keys: int, capacity: int) -> int:
 
 
 @_jit
-def _belady_hits(keys: np.ndarray, nxt: np.ndarray, n_keys: int, capacity: int) -> int:
+def _belady_hits(keys: np.ndarray, nxt: np.ndarray, n_keys: int, capacity: int, count_from: int) -> int:
     # MIN with bypass: on a miss with a full pool, drop whichever of (the pool + the new key) is
     # used farthest in the future. A binary max-heap of (next use, key) with lazy deletion: an
     # entry is live while it equals the key's current next use.
@@ -123,7 +123,7 @@ def _belady_hits(keys: np.ndarray, nxt: np.ndarray, n_keys: int, capacity: int) 
         k = keys[i]
         t = nxt[i]
         if cur[k] >= 0:
-            hits += 1
+            hits += i >= count_from
         elif capacity == 0:
             continue
         elif size < capacity:
@@ -185,18 +185,21 @@ def _belady_hits(keys: np.ndarray, nxt: np.ndarray, n_keys: int, capacity: int) 
     return hits
 
 
-def lru_hits(keys: np.ndarray, capacity: int) -> int:
+def lru_hits(keys: np.ndarray, capacity: int, count_from: int = 0) -> int:
+    """Hits of an LRU pool of ``capacity`` admitting every miss, counted from access
+    ``count_from`` on (the earlier accesses warm the pool)."""
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     if capacity < 0:
         raise ValueError(f"capacity must be >= 0 (got {capacity})")
-    return int(_lru_hits(keys, int(keys.max(initial=-1)) + 1, int(capacity)))
+    return int(_lru_hits(keys, int(keys.max(initial=-1)) + 1, int(capacity), int(count_from)))
 
 
-def belady_hits(keys: np.ndarray, capacity: int) -> int:
+def belady_hits(keys: np.ndarray, capacity: int, count_from: int = 0) -> int:
+    """Hits of Belady's MIN (with bypass) over the whole sequence, counted from ``count_from`` on."""
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     if capacity < 0:
         raise ValueError(f"capacity must be >= 0 (got {capacity})")
-    return int(_belady_hits(keys, next_use(keys), int(keys.max(initial=-1)) + 1, int(capacity)))
+    return int(_belady_hits(keys, next_use(keys), int(keys.max(initial=-1)) + 1, int(capacity), int(count_from)))
 
 
 def split_per_layer(slots: int, layers: int) -> list[int]:

@@ -1,0 +1,91 @@
+"""The engine's own VRAM admission (engine/gpu: SlotPool, AdmissionPolicy, Residency) replayed on
+a routing trace, in the GPU decoder's order of calls, next to LRU and Belady at the same slot
+count. SIMULATED: copies land by the next token (an idealized copier); the policy, scores,
+refreshes, capture-buffer and candidate limits are the real ones.
+
+As in the engine: the prompt (``prompt_tokens`` of the trace) is observed with the prompt weight,
+the static slots get :func:`rank_hot_set` of its routing counts, and then every later token is
+decoded one at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gpu.admission import AdmissionPolicy, AdmissionSettings, Residency, rank_hot_set
+from ..gpu.pool import SlotPool
+from .replay_sim import belady_hits, flat_keys, lru_hits
+
+
+class _InstantCopier:
+    def start(self, slot: int, buffer: int) -> object:
+        return slot
+
+    def done(self, handle: object) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class PolicyRates:
+    """Hit rates over the decoded tokens (SIMULATED)."""
+
+    slots: int
+    static: int
+    tokens: int  # decoded (the prompt excluded)
+    hit: float
+    static_hit: float
+    admissions_per_token: float
+    lru: float  # LRU admitting every miss, all slots adaptive, warmed on the prompt
+    lru_admissions_per_token: float
+    belady: float  # MIN with bypass, knowing the prompt and the decode
+
+
+def replay_policy(choices: np.ndarray, experts: int, slots: int, static: int = -1, prompt_tokens: int = 1024,
+                  settings: AdmissionSettings | None = None) -> PolicyRates:
+    """``choices`` int [tokens, layers, k]: the first ``prompt_tokens`` are the prompt, the rest
+    are decoded. ``static`` -1 is the engine's default (half the pool)."""
+    c = np.asarray(choices, dtype=np.int64)
+    n, layers, k = c.shape
+    if not 0 < prompt_tokens < n:
+        raise ValueError(f"prompt_tokens must be between 1 and {n - 1} (got {prompt_tokens})")
+    s = settings or AdmissionSettings()
+    policy = AdmissionPolicy(layers, experts, s)
+    policy.observe_prompt(c[:prompt_tokens])
+    n_static = slots // 2 if static < 0 else min(static, slots)
+    hot = rank_hot_set(policy.counts, n_static)
+    pool = SlotPool(slots, len(hot), np.full((layers, experts), -1, dtype=np.int32))
+    for slot, key in enumerate(hot):
+        pool.begin_copy(slot, key)
+        pool.finish_copy(slot)
+    res = Residency(pool, policy, _InstantCopier(), s.capture_buffers)
+    table = pool.table
+    hits = static_hits = 0
+    decode = c[prompt_tokens:]
+    rows = decode.tolist()
+    for tok in rows:
+        res.poll()
+        for layer in range(layers):
+            chosen = tok[layer]
+            misses = []
+            for e in chosen:
+                slot = int(table[layer, e])
+                if slot < 0:
+                    misses.append(e)
+                else:
+                    hits += 1
+                    static_hits += slot < n_static
+            caps = res.captures_for(layer, misses) if misses and not policy.frozen else {}
+            if caps:
+                res.after_compute(layer, caps)
+            policy.observe_token(layer, chosen, 1.0)
+        policy.token_done(pool)
+    uses = decode.size
+    keys = flat_keys(c, experts)
+    start = prompt_tokens * layers * k
+    lru = lru_hits(keys, slots, start)
+    bel = belady_hits(keys, slots, start)
+    return PolicyRates(slots, n_static, len(rows), hits / uses, static_hits / uses,
+                       res.stats.admissions / len(rows), lru / uses, (uses - lru) / len(rows), bel / uses)
+
