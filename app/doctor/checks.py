@@ -11,16 +11,17 @@ for the operating system and other programs.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.config import ModelConfig
+from engine.plan import Machine, estimate
 from engine.settings import EngineSettings
 
 from . import store as doctor_store
 from .check import Check
-from .probes import GpuFacts, SystemFacts
+from .probes import GpuFacts, SystemFacts, machine_limits
 
 GIB = 1024**3
 MIN_VRAM_GIB = 12.0  # the design doc's smallest supported card (RTX 3080 Ti)
@@ -170,12 +171,10 @@ def check_store(target: Target, cfg: ModelConfig) -> list[Check]:
 
 
 def make_plan(cfg: ModelConfig, settings: EngineSettings, gpu_usable: bool,
-              store_file_bytes: int | None = None) -> Plan:
+              store_file_bytes: int | None = None, machine: Machine | None = None) -> Plan:
     """``store_file_bytes``: size of the built store when there is one (the packed format is smaller
     than the checkpoint's bytes per expert)."""
-    from app.gui.estimate import estimate
-
-    e = estimate(cfg, settings, gpu_usable)  # the same numbers the preferences dialog shows
+    e = estimate(cfg, settings, gpu_usable, machine)  # the engine's own plan, as Preferences shows it
     per_expert = store_file_bytes / e.total_experts if store_file_bytes else e.expert_bytes
     # Experts in adaptive slots still live in RAM (they are admitted from there and may be evicted).
     store_ram = int((e.total_experts - e.static) * per_expert)
@@ -258,7 +257,10 @@ def diagnose(facts: SystemFacts, target: Target) -> list[Check]:
     if cfg is not None:
         checks += check_store(target, cfg)
         try:
-            plan = make_plan(cfg, target.settings, gpu_usable, doctor_store.store_file_bytes(target.model_dir))
+            _gpu, machine = machine_limits(facts.gpu, facts.cpu.logical_cores, facts.memory)
+            machine = replace(machine, vram_bytes=None)  # check_gpu judges the VRAM budget already
+            plan = make_plan(cfg, target.settings, gpu_usable, doctor_store.store_file_bytes(target.model_dir),
+                             machine)
         except Exception as exc:  # the doctor reports, it never crashes
             checks.append(Check("Settings", "warn", f"cannot estimate what the settings use: {exc}"))
         else:

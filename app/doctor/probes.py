@@ -232,3 +232,19 @@ def gather(data_dir: Path) -> SystemFacts:
         memory=probe_memory(),
         disk=probe_disk(data_dir),
     )
+
+
+# ---- the limits the settings are judged against (Preferences and doctor) ------------------------
+def machine_limits(gpu: GpuFacts, cpu_cores: int, memory: MemoryFacts) -> tuple[bool, Any]:
+    """(a usable CUDA GPU is present, engine.plan.Machine) from the probed facts."""
+    from engine.plan import Machine
+
+    card = gpu.devices[0].total_bytes if gpu.cuda_available and gpu.devices else None
+    return card is not None, Machine(cpu_cores or None, memory.total_bytes or None, card)
+
+
+def this_machine() -> tuple[bool, Any]:
+    """The quick probes (no nvidia-smi, no native kernel load): cheap enough for a dialog."""
+    g = GpuFacts()
+    probe_torch_gpu(g)
+    return machine_limits(g, os.cpu_count() or 0, probe_memory())

@@ -13,13 +13,14 @@ from app.core.demo_model import bundled_demo_dir, ensure_demo_model, is_demo
 from app.core.expert_store import build_expert_store, store_status
 from app.core.paths import AppPaths
 from app.core.settings import GuiSettings, save_settings
+from app.doctor.probes import this_machine
 from app.gui.api_switch import ApiSwitch
 from app.gui.chat_controller import ChatController, Run
 from app.gui.engine_host import ERROR, GENERATING, LOADING, NO_MODEL, READY, LocalEngineHost
-from app.gui.estimate import cuda_present, estimate
 from app.gui.remote_backend import RemoteBackend
 from app.gui.remote_run import RemoteRun
 from app.gui.tasks import BackgroundTask
+from engine.plan import estimate
 from engine.types import Conversation, GenerationParams
 from ui import theme as themes
 from ui.api_panel import ApiPanelValues
@@ -247,8 +248,9 @@ class AppController(QObject):
                                  remote_model=s.remote.model)
 
     def open_preferences(self, modal: bool = True) -> PreferencesDialog:
-        gpu = cuda_present()
-        dlg = PreferencesDialog(self.preferences_values(), lambda cfg, s: estimate(cfg, s, gpu), bundled_demo_dir(),
+        gpu, machine = this_machine()  # the limits `neural doctor` sees: cores, RAM, the card's VRAM
+        dlg = PreferencesDialog(self.preferences_values(), lambda cfg, s: estimate(cfg, s, gpu, machine),
+                                bundled_demo_dir(),
                                 self.window, store_status=store_status)
         dlg.applied.connect(self.apply_preferences)
         dlg.buildStoreRequested.connect(lambda d: self.build_store(d, dlg))

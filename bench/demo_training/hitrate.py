@@ -88,12 +88,10 @@ def bench_settings(**overrides: Any) -> EngineSettings:
 
 
 def planned_slots(cfg: ModelConfig, s: EngineSettings) -> tuple[int, int]:
-    """(slots, static slots) the GPU backend plans for these settings (engine/gpu/budget.py)."""
-    from engine.gpu.budget import plan_vram
-    from engine.gpu.prefill.workspace import workspace_bytes
+    """(slots, static slots) the GPU backend plans for these settings (engine/plan.py)."""
+    from engine.plan import plan_vram
 
-    plan = plan_vram(cfg, s.context, s.kv_ring, s.vram_budget_gib, s.pool_gib, s.static_slots, s.scratch_slots,
-                     prompt_workspace=workspace_bytes(cfg, s.context, s.prompt_block))
+    plan = plan_vram(cfg, s)
     return plan.n_slots, plan.n_static
 
 

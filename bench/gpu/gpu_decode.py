@@ -114,8 +114,8 @@ class Bench:
     # ---- settings ------------------------------------------------------------------------------
     def settings(self, ck, **kw: Any):  # type: ignore[no-untyped-def]
         from engine.config import ModelConfig
-        from engine.gpu.budget import plan_vram
         from engine.gpu.layout import ExpertLayout
+        from engine.plan import plan_vram
         from engine.settings import EngineSettings
         from engine.synth import shape_with
 
@@ -124,7 +124,9 @@ class Bench:
         sb = ExpertLayout.for_config(cfg).slot_bytes
         if self.cuda:
             full = ModelConfig.from_dict(shape_with(a.preset).config_dict())
-            p36 = plan_vram(full, a.context, 256, a.budget, 0.0, -1, 6)
+            # decode only: no prompt workspace reserved (workspace_tokens=0), as this bench always did
+            p36 = plan_vram(full, EngineSettings(context=a.context, kv_ring=256, vram_budget_gib=a.budget,
+                                                 scratch_slots=6), workspace_tokens=0)
             slots = round(p36.n_slots * cfg.num_hidden_layers / full.num_hidden_layers)
             self.results["pool_equivalence"] = {
                 "plan_36_layers": p36.describe(), "slots_36": p36.n_slots,
@@ -340,15 +342,14 @@ def stage_b(b: Bench) -> dict[str, Any]:
 
 
 def decode_speed(b: Bench, routing: str) -> dict[str, Any]:
-    from engine.gpu.budget import plan_vram
     from engine.gpu.decoder import StepStats
+    from engine.plan import plan_vram
 
     a = b.args
     ck = open_ck(b, routing)
     s = b.settings(ck)
     if b.cuda:  # the allocator may not exceed the plan (context allowance aside)
-        plan = plan_vram(ck.config, s.context, s.kv_ring, s.vram_budget_gib, s.pool_gib, s.static_slots,
-                         s.scratch_slots)
+        plan = plan_vram(ck.config, s, workspace_tokens=0)  # decode only: the prompts here are short
         cap = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, (plan.total - plan.overhead + (256 << 20)) / cap))
     if b.cuda:

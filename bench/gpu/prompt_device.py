@@ -110,9 +110,8 @@ class Bench:
 
     def settings(self, ck, prompt_tokens: int, **kw: Any):  # type: ignore[no-untyped-def]
         """The 36-layer model's slots per layer at the budget, after the prompt's workspace."""
-        from engine.gpu.budget import plan_vram
         from engine.gpu.layout import ExpertLayout
-        from engine.gpu.prefill.workspace import workspace_bytes
+        from engine.plan import plan_vram, workspace_bytes
         from engine.settings import EngineSettings
 
         a, cfg = self.a, ck.config
@@ -120,7 +119,8 @@ class Bench:
         if self.cuda:
             full = self.config(36)
             ws = workspace_bytes(full, prompt_tokens, 4096)
-            p36 = plan_vram(full, a.context, 256, a.budget - ws / GIB, 0.0, -1, 6)
+            p36 = plan_vram(full, EngineSettings(context=a.context, kv_ring=256, vram_budget_gib=a.budget,
+                                                 scratch_slots=6), workspace_tokens=prompt_tokens)
             slots = round(p36.n_slots * cfg.num_hidden_layers / 36)
             self.results["pool_equivalence"] = {"plan_36_layers_minus_prompt_workspace": p36.describe(),
                                                 "prompt_workspace_gib": ws / GIB, "slots_36": p36.n_slots,

@@ -38,16 +38,16 @@ def log(msg: str) -> None:
 def scaled_pool_gib(layers: int, budget_gib: float, context: int, settings_kw: dict[str, Any]) -> tuple[float, str]:
     """The pool (GiB) that gives a ``layers``-layer 120b-shape model the 36-layer plan's expert
     slots per layer at ``budget_gib`` — so a shorter model is not flattered by a bigger share."""
+    from dataclasses import replace
+
     from engine.config import ModelConfig
-    from engine.gpu.budget import plan_vram
-    from engine.gpu.prefill.workspace import workspace_bytes
+    from engine.plan import plan_vram
     from engine.settings import EngineSettings
     from engine.synth import shape_with
 
     s = EngineSettings.from_dict({"vram_budget_gib": budget_gib, "context": context, **settings_kw})
     full = ModelConfig.from_dict(shape_with("120b-shape").config_dict())
-    plan = plan_vram(full, s.context, s.kv_ring, budget_gib, 0.0, s.static_slots, s.scratch_slots,
-                     prompt_workspace=workspace_bytes(full, s.context, s.prompt_block))
+    plan = plan_vram(full, replace(s, pool_gib=0.0))
     slots = plan.n_slots * layers // FULL_LAYERS
     # half a slot of margin: the setting is printed with 6 decimals, and plan_vram floors
     pool = (slots + plan.n_scratch + 0.5) * plan.slot_bytes / GIB

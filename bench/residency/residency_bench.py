@@ -278,17 +278,13 @@ def pool_gib_for(cfg: Any, args: argparse.Namespace) -> float:
         return (args.pool_slots + args.scratch_slots + 0.5) * sb / GIB
     if args.pool_gib != "auto36":
         return float(args.pool_gib)
-    from engine.gpu.budget import plan_vram
+    from engine.plan import plan_vram
+    from engine.settings import EngineSettings
 
     full = replace(cfg, num_hidden_layers=36,
                    layer_types=tuple(cfg.layer_types[i % len(cfg.layer_types)] for i in range(36)))
-    try:
-        from engine.gpu.prefill.workspace import workspace_bytes
-
-        ws = workspace_bytes(full, args.context, 4096)
-    except ImportError:  # no Triton: plan without the prompt workspace
-        ws = 0
-    p36 = plan_vram(full, args.context, 256, args.vram_budget_gib, 0.0, -1, args.scratch_slots, prompt_workspace=ws)
+    p36 = plan_vram(full, EngineSettings(context=args.context, kv_ring=256, vram_budget_gib=args.vram_budget_gib,
+                                         scratch_slots=args.scratch_slots))
     slots = max(cfg.num_experts_per_tok, round(p36.n_slots * cfg.num_hidden_layers / 36))
     return (slots + args.scratch_slots + 0.5) * sb / GIB
 

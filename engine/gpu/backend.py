@@ -61,11 +61,7 @@ class GpuBackend:
         cfg = ck.config
         self.ck = ck
         self.settings = settings
-        from .prefill.workspace import workspace_bytes
-
-        self.plan = plan_vram(cfg, settings.context, settings.kv_ring, settings.vram_budget_gib, settings.pool_gib,
-                              settings.static_slots, settings.scratch_slots,
-                              prompt_workspace=workspace_bytes(cfg, settings.context, settings.prompt_block))
+        self.plan = plan_vram(cfg, settings)  # engine/plan.py: what Preferences and doctor show
         self.core = GpuCore(ck, self.plan, settings.context, settings.kv_ring, device, interpret=interpret,
                             progress=progress)
         adm = AdmissionSettings(settings.refresh_every, settings.refresh_m, settings.prefill_weight,
@@ -154,8 +150,7 @@ class GpuBackend:
         from .budget import PlanError, plan_vram
 
         try:
-            plan = plan_vram(ck.config, settings.context, settings.kv_ring, settings.vram_budget_gib,
-                             settings.pool_gib, settings.static_slots, settings.scratch_slots)
+            plan = plan_vram(ck.config, settings)
         except PlanError as exc:
             raise GpuUnavailable(str(exc)) from exc
         if device.type == "cuda":

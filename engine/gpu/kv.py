@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import ModelConfig
+from ..plan import kv_bytes, kv_rows
 
 
 @dataclass
@@ -32,8 +33,7 @@ class KVCache:
         self.cfg = cfg
         self.context = context
         self.window = window
-        self.rows = [min(kv_ring, context) if (cfg.is_sliding(i) and kv_ring) else context
-                     for i in range(cfg.num_hidden_layers)]
+        self.rows = kv_rows(cfg, context, kv_ring)
         shape = (cfg.num_key_value_heads, cfg.head_dim)
         self.k = [torch.zeros((r, *shape), dtype=torch.bfloat16, device=device) for r in self.rows]
         self.v = [torch.zeros((r, *shape), dtype=torch.bfloat16, device=device) for r in self.rows]
@@ -41,10 +41,7 @@ class KVCache:
 
     @staticmethod
     def bytes_for(cfg: ModelConfig, context: int, kv_ring: int) -> int:
-        per_row = cfg.num_key_value_heads * cfg.head_dim * 2 * 2
-        rows = sum(min(kv_ring, context) if (cfg.is_sliding(i) and kv_ring) else context
-                   for i in range(cfg.num_hidden_layers))
-        return rows * per_row
+        return kv_bytes(cfg, context, kv_ring)
 
     def window_of(self, layer: int) -> int:
         return self.window if self.cfg.is_sliding(layer) else 0

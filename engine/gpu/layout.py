@@ -14,16 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checkpoint import Checkpoint
-from ..config import MXFP4_BLOCK, ModelConfig
-
-ALIGN = 256
-# native record order (native/neural_experts.h NEURAL_PART_*)
-SLOT_PARTS = ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales",
-              "gate_up_proj_bias", "down_proj_bias")
-
-
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+from ..config import ModelConfig
+from ..plan import SLOT_PARTS, slot_parts
 
 
 @dataclass(frozen=True)
@@ -36,22 +28,8 @@ class ExpertLayout:
 
     @classmethod
     def for_config(cls, cfg: ModelConfig) -> ExpertLayout:
-        h, i = cfg.hidden_size, cfg.intermediate_size
-        gh, gi = h // MXFP4_BLOCK, i // MXFP4_BLOCK
-        sizes = {
-            "gate_up_proj_blocks": 2 * i * gh * 16,
-            "gate_up_proj_scales": 2 * i * gh,
-            "down_proj_blocks": h * gi * 16,
-            "down_proj_scales": h * gi,
-            "gate_up_proj_bias": 2 * i * 2,
-            "down_proj_bias": h * 2,
-        }
-        offsets: dict[str, int] = {}
-        at = 0
-        for part in SLOT_PARTS:
-            offsets[part] = at
-            at = _align(at + sizes[part])
-        return cls(h, i, offsets, sizes, at)
+        offsets, sizes, slot_bytes = slot_parts(cfg)  # the VRAM plan's formula (engine/plan.py)
+        return cls(cfg.hidden_size, cfg.intermediate_size, offsets, sizes, slot_bytes)
 
     @property
     def payload_bytes(self) -> int:

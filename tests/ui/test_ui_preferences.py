@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.gui.estimate import estimate
+from engine.plan import estimate
 from engine.settings import OPTIMIZED, EngineSettings
 from ui.preferences_dialog import PreferencesDialog, PreferencesValues
 

@@ -91,7 +91,8 @@ def fake_report(model_dir: Path, pool_gib: str, static: int, backend: str = "gpu
 
 
 def test_bench_row_prefers_the_engine_plan_line(tmp_path: Path):
-    from engine.gpu.budget import plan_vram
+    from engine.plan import plan_vram
+    from engine.settings import EngineSettings
 
     cfg = demo_config()
     pool = pool_gib_for(cfg, 16, -1)
@@ -102,7 +103,8 @@ def test_bench_row_prefers_the_engine_plan_line(tmp_path: Path):
     # distinct among the processed tokens: the last picked id (10) was never fed back
     assert (row.hit_first, row.hit_median, row.tok_s, row.distinct_tokens) == (0.5, 0.6, 123.4, 5)
     # the GPU backend's own log line (NEURAL_LOG=INFO) wins over the computation here
-    plan = plan_vram(cfg, 16384, 256, 12.0, float(pool), 5, 6)
+    plan = plan_vram(cfg, EngineSettings(context=16384, kv_ring=256, vram_budget_gib=12.0, pool_gib=float(pool),
+                                         static_slots=5, scratch_slots=6))
     path.with_suffix(".log").write_text(f"INFO:engine.gpu.backend:GPU backend: {plan.describe()}; CPU misses: x\n")
     row = bench_row(path, json.loads(path.read_text()))
     assert (row.slots, row.static, row.plan_source) == (16, 5, "engine log")

@@ -8,8 +8,8 @@ from pathlib import Path
 from bench.harness.suite import FULL_LAYERS, scaled_pool_gib
 from bench.harness.suite_table import suite_table
 from engine.config import ModelConfig
-from engine.gpu.budget import plan_vram
-from engine.gpu.prefill.workspace import workspace_bytes
+from engine.plan import plan_vram
+from engine.settings import EngineSettings
 from engine.synth import shape_with
 
 
@@ -18,10 +18,10 @@ def test_scaled_pool_gives_the_36_layer_slots_per_layer() -> None:
         pool, why = scaled_pool_gib(layers, 12.0, 16384, {})
         cfg = ModelConfig.from_dict(shape_with("120b-shape", num_hidden_layers=layers).config_dict())
         full_cfg = ModelConfig.from_dict(shape_with("120b-shape").config_dict())
-        ws = workspace_bytes(full_cfg, 16384, 4096)
-        full = plan_vram(full_cfg, 16384, 256, 12.0, 0.0, -1, 6, prompt_workspace=ws)
+        full = plan_vram(full_cfg, EngineSettings(context=16384, kv_ring=256, vram_budget_gib=12.0))
         # the pool as the engine plans it from the printed setting
-        plan = plan_vram(cfg, 16384, 256, 12.0, float(f"{pool:.6f}"), -1, 6)
+        plan = plan_vram(cfg, EngineSettings(context=16384, kv_ring=256, vram_budget_gib=12.0,
+                                             pool_gib=float(f"{pool:.6f}")))
         assert plan.n_slots == full.n_slots * layers // FULL_LAYERS > 0
         assert f"scaled to {layers} layers" in why
 
