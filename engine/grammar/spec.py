@@ -60,8 +60,39 @@ class Constraint:
             raise GrammarError("analysis_budget must be >= 0")
 
 
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")  # allOf members stay open: closing them could conflict
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_SUBSCHEMA_ONE = ("items", "additionalItems", "not", "if", "then", "else", "contains")
+
+
+def close_objects(schema: Any) -> Any:
+    """A copy where every object schema with ``properties`` and no ``additionalProperties`` gets
+    ``additionalProperties: false``: the model writes the keys it was asked for instead of inventing
+    more until the token limit. Every output still validates against the original schema."""
+    if isinstance(schema, list):
+        return [close_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [close_objects(s) for s in out[key]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: close_objects(v) for k, v in out[key].items()}
+    for key in _SUBSCHEMA_ONE:
+        if isinstance(out.get(key), dict | list):
+            out[key] = close_objects(out[key])
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = close_objects(out["additionalProperties"])
+    if isinstance(out.get("properties"), dict) and "additionalProperties" not in out and \
+            "patternProperties" not in out and "unevaluatedProperties" not in out and "allOf" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
 def _json_rule(schema: dict[str, Any] | None, strict: bool) -> str:
-    doc: dict[str, Any] = dict(schema) if schema is not None else {"type": "object"}
+    doc: dict[str, Any] = close_objects(schema) if schema is not None else {"type": "object"}
     # compact output (no free whitespace): fewer tokens and no endless-whitespace loops
     opts = {"whitespace_flexible": False, "lenient": not strict}
     doc["x-guidance"] = {**opts, **(doc.get("x-guidance") or {})} if isinstance(doc.get("x-guidance"), dict) else opts

@@ -41,7 +41,7 @@ def _extend(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[di
         return {"type": "array", "items": item, "minItems": lo, "maxItems": lo + extra}
 
     return st.one_of(
-        st.builds(obj, st.dictionaries(_names, children, min_size=1, max_size=4), st.just(True),
+        st.builds(obj, st.dictionaries(_names, children, min_size=1, max_size=4), st.booleans(),
                   st.lists(st.booleans(), min_size=4, max_size=4)),
         st.builds(arr, children, st.integers(0, 2), st.integers(0, 3)),
         st.lists(children, min_size=2, max_size=3).map(lambda xs: {"anyOf": xs}),

@@ -124,3 +124,14 @@ def test_bad_schema_is_a_grammar_error() -> None:
     with pytest.raises(GrammarError):
         compile_constraint(Constraint("json", {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}},
                                                "required": ["a"]}), TOK, SP, VOCAB)
+
+
+def test_open_objects_get_only_their_own_keys() -> None:
+    """A schema without additionalProperties: the guide closes it (outputs still validate the original)."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["a"]}
+    for seed in range(5):
+        events, _ = run_guided(Constraint("json", schema, analysis_budget=0, strict=False), seed=seed)
+        value = json.loads(final_text(events))
+        jsonschema.validate(value, schema)
+        assert set(value) == {"a"}
