@@ -1,28 +1,294 @@
-"""Token sampling: greedy, temperature and top-p, reproducible with a seed."""
+"""Token sampling with transformers' semantics, fast, reproducible, on the logits' device.
+
+Processing order (as transformers' ``generate`` builds it, with OpenAI's penalties where vLLM
+puts them): logit_bias (``SequenceBiasLogitsProcessor``) -> repetition penalty
+(``RepetitionPenaltyLogitsProcessor``: over the prompt and the output, a logit < 0 is multiplied,
+else divided) -> frequency/presence penalties (OpenAI: ``logit -= c*frequency + (c > 0)*presence``
+with c the token's count in the output so far) -> temperature -> top-k (ties with the k-th
+value kept) -> top-p (keep a token while the mass before it is < top_p, renormalised over the
+top-k set) -> min-p (keep p >= min_p * p_max). Temperature 0 is greedy (``torch.argmax``: ties
+to the lowest id) and consumes no randomness.
+
+Sampling is an inverse CDF over the kept tokens in descending order with one float64 uniform
+per token from a per-request ``torch.Generator``, so a seed fixes the tokens whatever the path.
+The fast path needs no full sort: one ``torch.topk`` of ``PRESELECT`` candidates and one
+log-sum-exp over the vocabulary run where the logits are (GPU or CPU); the host finishes on
+the candidates when the kept set provably ends inside them. Otherwise the same arithmetic runs
+over the whole vocabulary on the device: a full stable sort when a filter cuts beyond the
+candidates, or, with no filter, a cumulative sum over the tokens outside the candidates in id
+order (any fixed order gives the same distribution).
+
+Temperatures are applied as ``(logit - max) / T``: every logit gap stays finite or becomes
+-inf, so tiny temperatures tend to the exact limit (uniform over the tied maxima) without NaN;
+below ``GREEDY_BELOW`` (1/T overflows fp32) sampling is greedy.
+"""
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Iterable
+
+import numpy as np
 import torch
+
+from .types import GenerationParams
+
+PRESELECT = 256  # candidates taken by torch.topk before any full-vocabulary work
+FP32_MAX = float(np.finfo(np.float32).max)
+GREEDY_BELOW = 1.0 / FP32_MAX  # ~2.9e-39: 1/T would overflow fp32
+
+
+class _Penalties:
+    """Sparse logit adjustments: bias, repetition and OpenAI penalties on the few ids they touch.
+    Growing numpy arrays (id -> slot) so a token costs O(1) bookkeeping, not a rebuild."""
+
+    def __init__(self, bias: Iterable[tuple[int, float]], repetition: float, presence: float,
+                 frequency: float, prompt: Iterable[int]) -> None:
+        self.repetition, self.presence, self.frequency = repetition, presence, frequency
+        self.slot: dict[int, int] = {}
+        cap = 64
+        self.ids = np.zeros(cap, np.int64)
+        self.bias = np.zeros(cap, np.float64)
+        self.rep = np.zeros(cap, bool)
+        self.count = np.zeros(cap, np.float64)
+        self.n = 0
+        for tok, b in bias:
+            s = self._slot(tok)  # (may grow the arrays: index after)
+            self.bias[s] = b
+        if repetition != 1.0:
+            for tok in prompt:
+                s = self._slot(int(tok))
+                self.rep[s] = True
+        self.active = self.n > 0 or repetition != 1.0 or presence != 0.0 or frequency != 0.0
+
+    def _slot(self, tok: int) -> int:
+        s = self.slot.get(tok)
+        if s is None:
+            s = self.slot[tok] = self.n
+            if s == len(self.ids):
+                for name in ("ids", "bias", "rep", "count"):
+                    a = getattr(self, name)
+                    setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
+            self.ids[s] = tok
+            self.n += 1
+        return s
+
+    def record(self, tok: int) -> None:
+        if self.repetition != 1.0 or self.presence != 0.0 or self.frequency != 0.0:
+            s = self._slot(tok)
+            self.rep[s] = self.repetition != 1.0
+            self.count[s] += 1
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """A modified copy of x (fp32, any device); x itself is left untouched."""
+        n = self.n
+        if n == 0:
+            return x
+        if int(self.ids[:n].max()) >= x.numel():
+            raise ValueError(f"logit_bias: token id {int(self.ids[:n].max())} is outside the vocabulary "
+                             f"of {x.numel()}")
+        c = self.count[:n]
+        pen = self.frequency * c + self.presence * (c > 0)
+        if x.device.type == "cpu":  # the same arithmetic in numpy (no torch threading for 3 small ops)
+            ids = self.ids[:n]
+            vn = x.numpy()[ids].astype(np.float64) + self.bias[:n]
+            if self.repetition != 1.0:
+                r = self.repetition
+                vn = np.where(self.rep[:n], np.where(vn < 0, vn * r, vn / r), vn)
+            out_np = x.numpy().copy()
+            out_np[ids] = vn - pen
+            return torch.from_numpy(out_np)
+        # one host->device copy: ids (exact in float64), bias, repetition flag, penalty
+        packed = torch.from_numpy(np.stack([self.ids[:n].astype(np.float64), self.bias[:n],
+                                            self.rep[:n].astype(np.float64), pen])).to(x.device)
+        idx = packed[0].long()
+        v = x[idx].double() + packed[1]
+        if self.repetition != 1.0:
+            r = self.repetition
+            v = torch.where(packed[2] > 0, torch.where(v < 0, v * r, v / r), v)
+        out = x.clone()
+        out[idx] = (v - packed[3]).float()
+        return out
 
 
 class Sampler:
-    def __init__(self, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None) -> None:
-        self.temperature = temperature
-        self.top_p = top_p
-        self.gen = torch.Generator()
-        self.gen.manual_seed(seed if seed is not None else int(torch.seed() % (2**63)))
+    """One request's sampler; call it with the fp32 logits [vocab] of each position (on any
+    device) and it returns the token id, remembering it for the penalties."""
+
+    def __init__(self, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None, *,
+                 top_k: int = 0, min_p: float = 0.0, logit_bias: Iterable[tuple[int, float]] = (),
+                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 repetition_penalty: float = 1.0, prompt: Iterable[int] = ()) -> None:
+        self.greedy = temperature < GREEDY_BELOW
+        self.scale = 0.0 if self.greedy else min(1.0 / temperature, FP32_MAX)  # finite in fp32
+        self.top_p, self.top_k, self.min_p = float(top_p), int(top_k), float(min_p)
+        self.gen = torch.Generator()  # per request: the global RNG is never touched
+        if seed is None:
+            self.gen.seed()  # fresh entropy into this generator only
+        else:
+            self.gen.manual_seed(seed)
+        self.penalties = _Penalties(logit_bias, repetition_penalty, presence_penalty, frequency_penalty, prompt)
+        self.fallbacks = 0  # tokens that needed the full-vocabulary sort (telemetry, tests)
+        self.calls, self.seconds = 0, 0.0  # what sampling cost this request (neural bench decode)
+
+    @classmethod
+    def from_params(cls, params: GenerationParams, prompt: Iterable[int] = ()) -> Sampler:
+        return cls(params.temperature, params.top_p, params.seed, top_k=params.top_k, min_p=params.min_p,
+                   logit_bias=params.logit_bias, presence_penalty=params.presence_penalty,
+                   frequency_penalty=params.frequency_penalty, repetition_penalty=params.repetition_penalty,
+                   prompt=prompt)
 
     def __call__(self, logits: torch.Tensor) -> int:
-        """logits: fp32 [vocab] -> token id."""
-        if self.temperature == 0:
-            return int(torch.argmax(logits))
-        probs = torch.softmax(logits.double() / self.temperature, dim=-1)
+        t0 = time.perf_counter()
+        x = logits.reshape(-1)
+        x = x if x.dtype == torch.float32 else x.float()
+        if self.penalties.active:
+            x = self.penalties.apply(x)
+        if self.greedy:  # numpy's argmax is ~40x torch's on CPU; both return the first maximum
+            tok = int(np.argmax(x.numpy())) if x.device.type == "cpu" else int(torch.argmax(x))
+        else:
+            with np.errstate(over="ignore"):  # logit gaps / tiny T overflow to -inf: weight 0, as intended
+                tok = self._sample(x)
+        self.penalties.record(tok)
+        self.calls += 1
+        self.seconds += time.perf_counter() - t0
+        return tok
+
+    # ---- sampling ------------------------------------------------------------------------
+    def _sample(self, x: torch.Tensor) -> int:
+        u = float(torch.rand((), generator=self.gen, dtype=torch.float64))
+        vocab = x.numel()
+        k = self.top_k if 0 < self.top_k < vocab else 0
+        if not k and self.top_p >= 1.0 and self.min_p <= 0.0:
+            return _id_order(x, self.scale, u)
+        kk = min(vocab, max(PRESELECT, k + 1))
+        v, cand, lse, complete = (_candidates_host if x.device.type == "cpu" else _candidates_device)(
+            x, kk, self.scale, need_lse=not k)
+        if k:  # the top-k set: every token >= the k-th value (ties kept, as in transformers)
+            n_set = int(np.count_nonzero(v >= v[k - 1])) if len(v) >= k else len(v)
+            if n_set >= len(v) and not complete:
+                return self._full(x, u, k)
+            v, complete = v[:n_set], True
+            y = (v - v[0]) * self.scale
+            lse = float(np.log(np.exp(y).sum()))
+        else:
+            y = (v - v[0]) * self.scale
+        pos = _pick_host(y, lse, self.top_p, self.min_p, u, complete)
+        if pos is None:
+            return self._full(x, u, k)
+        return int(cand[pos])
+
+    def _full(self, x: torch.Tensor, u: float, k: int) -> int:
+        """The same arithmetic over the whole vocabulary in canonical order, where x lives."""
+        self.fallbacks += 1
+        if x.device.type == "cpu":  # numpy: torch's CPU sort and scans are slow on a busy machine
+            return _full_host(x.numpy(), self.scale, k, self.top_p, self.min_p, u)
+        vals, ids = torch.sort(x, descending=True, stable=True)  # stable: ties by token id
+        y = (vals.double() - vals[0].double()) * self.scale
+        if k:
+            y = torch.where(vals >= vals[k - 1], y, float("-inf"))
+        p = torch.exp(y - torch.logsumexp(y, 0))
+        cum = torch.cumsum(p, 0)
+        n = torch.full((), y.numel(), dtype=torch.long, device=y.device)
         if self.top_p < 1.0:
-            sorted_p, order = torch.sort(probs, descending=True)
-            cum = torch.cumsum(sorted_p, dim=-1)
-            # keep the smallest prefix whose mass reaches top_p (always at least one token)
-            keep = (cum - sorted_p) < self.top_p
-            sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
-            choice = int(torch.multinomial(sorted_p / sorted_p.sum(), 1, generator=self.gen))
-            return int(order[choice])
-        return int(torch.multinomial(probs, 1, generator=self.gen))
+            n = torch.minimum(n, ((cum - p) < self.top_p).sum())  # the first token always: cum - p = 0
+        if self.min_p > 0.0:
+            n = torch.minimum(n, (torch.exp(y) >= self.min_p).sum())  # y[0] = 0: always kept
+        at = torch.searchsorted(cum, (u * cum[n - 1]).reshape(1), right=True)[0]
+        return int(ids[torch.minimum(at, n - 1)])
+
+
+def _full_host(xn: np.ndarray, scale: float, k: int, top_p: float, min_p: float, u: float) -> int:
+    order = np.argsort(-xn, kind="stable")  # stable: ties by token id
+    v = xn[order].astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = (v - v[0]) * scale
+        if k:
+            y[v < v[k - 1]] = -np.inf
+        lse = float(np.log(np.exp(y).sum()))
+    pos = _pick_host(y, lse, top_p, min_p, u, complete=True)
+    assert pos is not None
+    return int(order[pos])
+
+
+def _candidates_device(x: torch.Tensor, kk: int, scale: float,
+                       need_lse: bool) -> tuple[np.ndarray, np.ndarray, float, bool]:
+    """torch.topk where x lives, one transfer: (values descending, ids, lse, complete)."""
+    vals, ids = torch.topk(x, kk)
+    lse = torch.logsumexp((x - vals[0]) * scale, 0) if need_lse else vals.new_zeros(())
+    host = torch.cat([vals.double(), ids.double(), lse.double().reshape(1)]).cpu().numpy()
+    v, cand = host[:kk], host[kk : 2 * kk].astype(np.int64)
+    complete = kk == x.numel()
+    if not complete:  # the last group of equal values may go on past the candidates: drop it
+        keep = v > v[-1]
+        v, cand = v[keep], cand[keep]
+    return _canonical(v, cand, float(host[-1]), complete)
+
+
+def _candidates_host(x: torch.Tensor, kk: int, scale: float,
+                     need_lse: bool) -> tuple[np.ndarray, np.ndarray, float, bool]:
+    """CPU: a threshold from a strided sample, then every token above it (cheaper than topk)."""
+    xn = x.numpy()
+    vocab = xn.size
+    stride = max(1, vocab // (8 * kk))
+    sub = xn[::stride]
+    r = min(sub.size, 2 * kk // stride + 1)  # about 2*kk tokens expected above the threshold
+    thr = np.partition(sub, sub.size - r)[sub.size - r]
+    cand = np.flatnonzero(xn >= thr)
+    if not kk <= cand.size <= 32 * kk:  # unlucky sample or a sea of ties: an exact partition
+        cand = np.argpartition(xn, vocab - kk)[vocab - kk :]
+        thr = xn[cand].min()
+        cand = np.flatnonzero(xn > thr) if kk < vocab else cand
+    m = float(xn.max())
+    lse = 0.0
+    if need_lse:
+        if not math.isfinite(m):
+            raise ValueError("no token has a finite logit")
+        w = np.subtract(xn, np.float32(m))
+        with np.errstate(over="ignore"):  # gaps / tiny T overflow to -inf: weight 0, as intended
+            lse = float(np.log(np.exp(np.multiply(w, np.float32(scale), out=w), out=w).sum(dtype=np.float64)))
+    return _canonical(xn[cand].astype(np.float64), cand.astype(np.int64), lse, cand.size == vocab)
+
+
+def _canonical(v: np.ndarray, cand: np.ndarray, lse: float,
+               complete: bool) -> tuple[np.ndarray, np.ndarray, float, bool]:
+    if len(v) and not math.isfinite(float(v.max())):
+        raise ValueError("no token has a finite logit")
+    order = np.lexsort((cand, -v))  # canonical order: value descending, then token id
+    return v[order], cand[order], lse, complete
+
+
+def _id_order(x: torch.Tensor, scale: float, u: float) -> int:
+    """No filter: inverse CDF over the whole vocabulary in token-id order (no sort, one sync)."""
+    if x.device.type == "cpu":
+        xn = x.numpy()
+        w = np.subtract(xn, xn.max())
+        with np.errstate(over="ignore"):  # gaps / tiny T overflow to -inf: weight 0, as intended
+            np.exp(np.multiply(w, np.float32(scale), out=w), out=w)
+        cum = np.cumsum(w, dtype=np.float64)
+        return int(np.searchsorted(cum, u * cum[-1], side="right"))  # u < 1: j < vocab, w[j] > 0
+    w = torch.exp((x - x.max()) * scale)
+    c = torch.cumsum(w, 0, dtype=torch.float64)
+    return int(torch.searchsorted(c, c[-1:] * u, right=True)[0])
+
+
+def _pick_host(y: np.ndarray, lse: float, top_p: float, min_p: float, u: float, complete: bool) -> int | None:
+    """Inverse CDF over a descending prefix (the host twin of Sampler._full's arithmetic).
+    y: float64 (logit - max) / T in canonical order; lse: log normaliser of the set they come
+    from (the top-k set, or the whole vocabulary); complete: y holds that whole set. None when
+    the kept set may reach past y."""
+    if not len(y):
+        return None
+    p = np.exp(y - lse)
+    cum = np.cumsum(p)
+    n = y.size
+    if top_p < 1.0:
+        n = min(n, int(np.count_nonzero((cum - p) < top_p)))
+    if min_p > 0.0:
+        n = min(n, int(np.count_nonzero(np.exp(y) >= min_p)))
+    cut_inside = (top_p < 1.0 and cum[-1] >= top_p) or (min_p > 0.0 and n < y.size)
+    if not (complete or cut_inside):  # decide only on a cut provably inside the candidates
+        return None
+    pos = int(np.searchsorted(cum, u * cum[n - 1], side="right"))
+    return min(pos, n - 1)

@@ -287,7 +287,10 @@ class Engine:
                 tel.prompt_tps = (len(ids) - cached) / prompt_s if prompt_s > 0 else 0.0
                 tel.cached_tokens = cached
                 t1 = time.perf_counter()
-                sampler = Sampler(params.temperature, params.top_p, params.seed)
+                sampler = Sampler.from_params(params, prompt=ids)
+                self.last_sampler = sampler  # its calls/seconds/fallbacks: neural bench decode reads them
+                # the GPU backend hands its logits over where they are: no 201k-entry copy per token
+                forward = getattr(self.backend, "forward_device", self.backend.forward)
                 mask = HarmonyGuide(guide) if guide is not None else None
                 stops = StopMatcher(params.stop)
                 decoder = DecodeStream(skip_special_tokens=False) if parser is None else None
@@ -335,7 +338,7 @@ class Engine:
                         break
                     if res is not None:
                         res.token_started()
-                    logits = self.backend.forward([tok])
+                    logits = forward([tok])
                     if res is not None:
                         res.token_finished()
                     self._ids.append(tok)

@@ -8,6 +8,7 @@ knows about Qt, HTTP or CUDA.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -62,14 +63,38 @@ class GenerationParams:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # applied in this order by engine/sampling.py (transformers' order; OpenAI's penalty definition)
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit); OpenAI range [-100, 100]
+    presence_penalty: float = 0.0  # OpenAI: logit -= presence if the token occurs in the output so far
+    frequency_penalty: float = 0.0  # OpenAI: logit -= frequency * its count in the output so far
+    repetition_penalty: float = 1.0  # transformers: over prompt and output, logit < 0 ? *p : /p
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError("temperature must be a finite number >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError("top_k must be an integer >= 0 (0 = off)")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError("min_p must be in [0, 1]")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise ValueError(f"{name} must be in [-2, 2]")
+        if not (self.repetition_penalty > 0 and math.isfinite(self.repetition_penalty)):
+            raise ValueError("repetition_penalty must be a finite number > 0")
+        seen: set[int] = set()
+        for entry in self.logit_bias:
+            tok, bias = entry if isinstance(entry, tuple) and len(entry) == 2 else (None, None)
+            if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0 or tok in seen:
+                raise ValueError("logit_bias keys must be distinct token ids >= 0")
+            if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+                raise ValueError("logit_bias values must be numbers in [-100, 100]")
+            seen.add(tok)
 
 
 # ---- events ------------------------------------------------------------------------------

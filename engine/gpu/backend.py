@@ -302,6 +302,18 @@ class GpuBackend:
             self.save_hot_set()
         return logits if logits is not None else self.core.logits.to("cpu", copy=True)
 
+    def forward_device(self, ids: list[int]) -> torch.Tensor:
+        """``forward`` for the decode loop: a single token's fp32 logits stay on the device (no
+        201k-entry copy per token; engine/sampling.py samples them where they are). The tensor is
+        the core's buffer: valid until the next step."""
+        if len(ids) != 1:
+            return self.forward(ids)
+        self._run(ids)
+        if not self.hot_set_installed and self.plan.n_static and len(self.ids) >= 64:
+            self.install_hot_set()  # as in forward
+            self.save_hot_set()
+        return self.core.logits
+
     def sample_next(self, token: int, temperature: float = 0.0, seed: int = 0) -> int:
         """Process ``token`` and sample the next one inside the tail graph (greedy at 0)."""
         pos = len(self.ids)
