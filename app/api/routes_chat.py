@@ -46,7 +46,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = parse_chat_request(body, context_limit=server.context_limit(engine),
                              vocab_size=int(engine.config.vocab_size))
     guide = await server.compile(engine, req.constraint, "response_format" if req.constraint and
-                                 req.constraint.kind == "json" else "tool_choice")
+                                 req.constraint.kind == "json" else "tool_choice", req.params.max_tokens)
     await server.check_conversation_fits(engine, req.conversation, "messages")
     job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request)
     reply = Reply(job, request.get(T0_KEY))

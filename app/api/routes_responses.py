@@ -29,7 +29,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     req = parse_responses_request(body, context_limit=server.context_limit(engine),
                                   vocab_size=int(engine.config.vocab_size))
     guide = await server.compile(engine, req.constraint, "text.format" if req.constraint and
-                                 req.constraint.kind == "json" else "tool_choice")
+                                 req.constraint.kind == "json" else "tool_choice", req.params.max_tokens)
     await server.check_conversation_fits(engine, req.conversation, "input")
     job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request)
     reply = Reply(job, request.get(T0_KEY))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import json
 import logging
 import time
@@ -155,11 +156,15 @@ class ApiServer:
             n = await self.prompt_tokens(lambda: prompt_size.batch_count(engine.tokenizer, [text]))
         await self.check_fits(engine, n, param)
 
-    async def compile(self, engine: Engine, constraint: Constraint | None, param: str) -> CompiledConstraint | None:
-        """Check and bind a constraint (cached; off the loop: the first one indexes the vocabulary)."""
+    async def compile(self, engine: Engine, constraint: Constraint | None, param: str,
+                      max_tokens: int) -> CompiledConstraint | None:
+        """Check and bind a constraint (cached; off the loop: the first one indexes the vocabulary).
+        The free reasoning gets at most half of ``max_tokens`` (then ``<|end|>`` is forced), so the
+        constrained answer always has room."""
         if constraint is None:
             return None
-        key = (id(engine), json.dumps([constraint.kind, constraint.schema, constraint.strict,
+        constraint = dataclasses.replace(constraint, analysis_budget=max_tokens // 2)
+        key = (id(engine), json.dumps([constraint.kind, constraint.schema, constraint.strict, max_tokens // 2,
                                        [(t.name, t.schema) for t in constraint.tools]], sort_keys=True))
         hit = self._grammars.get(key)
         if hit is not None:
