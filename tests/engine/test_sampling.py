@@ -185,7 +185,7 @@ def test_unseeded_sampler_leaves_the_global_rng_alone() -> None:
     assert seq_a != seq_b  # fresh entropy per sampler
 
 
-@pytest.mark.parametrize("t", [1e-306, 1e-300, 1e-40, 1e-38, 1e-30, 1e-8])
+@pytest.mark.parametrize("t", [5e-324, 1e-310, 1e-306, 1e-300, 1e-40, 1e-38, 1e-30, 1e-8])
 def test_tiny_temperatures_are_the_greedy_limit(t: float) -> None:
     logits = lm_logits(16)
     for kw in (dict(), dict(top_p=0.9), dict(top_k=5), dict(min_p=0.1)):
