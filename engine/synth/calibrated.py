@@ -40,6 +40,8 @@ from .shapes import SynthShape
 
 SPECIALS = 21  # the synthetic tokenizer's special tokens sit at the top of the vocabulary
 O200K_VOCAB, O200K_ORDINARY = 201_088, 199_998  # the real vocabulary and its first special id
+TEXT_VOCAB = 32_768  # the text draws from ids below this (a conversation uses a few thousand)
+COEFF_BLOCK = 4096
 # rms of an embedding row: the residual stream adds rms ~14 by layer 36 at 120b shape
 # (routing.moe_growth), a few percent of this, and the router sees ~1/6 of that share (span(Q, d))
 EMBED_RMS = 256.0
@@ -60,7 +62,7 @@ class CalibratedParams:
     segment_sigma: float = 0.8
     revisit: float = 0.5  # chance a new segment returns to one of the last 4 topics
     common_share: float = 0.15  # tokens from the common pool
-    copy_share: float = 0.38  # tokens copying one of the recent ones
+    copy_share: float = 0.36  # tokens copying one of the recent ones
     copy_window: int = 4  # how far back a copy reaches (geometric, this mean)
     zipf: float = 1.1  # token frequency exponent within a pool
 
@@ -100,6 +102,7 @@ class CalibratedTables:
         if self.dims < 4:
             raise ValueError(f"calibrated routing needs hidden >= {self.n_topics + 8} (got {self.hidden})")
         self.hot = min(self.p.hot, self.experts)
+        self._blocks: dict[int, np.ndarray] = {}
         if self.vocab - SPECIALS < 4 * self.n_topics:
             raise ValueError(f"calibrated routing needs a vocabulary of >= {4 * self.n_topics + SPECIALS} tokens")
 
@@ -122,16 +125,24 @@ class CalibratedTables:
     def pools(self) -> list[np.ndarray]:
         """Per topic, its token ids in Zipf rank order (a seeded order)."""
         g = _seeded(self.seed, "pools")
-        ids = np.arange(self.ordinary)
-        return [g.permutation(ids[self.topic[: self.ordinary] == t]) for t in range(self.n_topics)]
-
-    @cached_property
-    def _coefficients(self) -> np.ndarray:
-        return _seeded(self.seed, "coefficients").standard_normal((self.vocab, self.dims), dtype=np.float32)
+        n = min(self.ordinary, TEXT_VOCAB)
+        ids = np.arange(n)
+        return [g.permutation(ids[self.topic[:n] == t]) for t in range(self.n_topics)]
 
     def coefficients(self, ids: np.ndarray) -> np.ndarray:
-        """float64 [n, D]: c_i of tokens ``ids`` (one seeded table for the whole vocabulary)."""
-        return self._coefficients[np.asarray(ids, dtype=np.int64)].astype(np.float64)
+        """float32 [n, D]: c_i of tokens ``ids``, a function of (seed, id): rows come from seeded
+        blocks of COEFF_BLOCK ids, so a text needs only its own blocks."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty((len(ids), self.dims), dtype=np.float32)
+        blocks = ids // COEFF_BLOCK
+        for blk in np.unique(blocks).tolist():
+            rows = self._blocks.get(blk)
+            if rows is None:
+                rows = _seeded(self.seed, f"c:{blk}").standard_normal((COEFF_BLOCK, self.dims), dtype=np.float32)
+                self._blocks[blk] = rows
+            sel = blocks == blk
+            out[sel] = rows[ids[sel] % COEFF_BLOCK]
+        return out
 
     @cached_property
     def basis(self) -> tuple[np.ndarray, np.ndarray]:
@@ -183,28 +194,42 @@ class CalibratedTables:
         return (self.router_weight(layer) / norm_gain[None, :].astype(np.float64)).astype(np.float32)
 
     # ---- the designed routing ----------------------------------------------------------------
-    def logits(self, ids: np.ndarray, layer: int) -> np.ndarray:
-        """float32 [n, experts]: layer ``layer``'s router logits of tokens ``ids`` with the residual
-        equal to their embedding (the formula in the module doc)."""
+    @cached_property
+    def _router_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(G [layers * experts, D] scaled by sigma/sqrt(D), hot [topics + 1, layers * experts] 0/1,
+        bias [layers * experts]), float32."""
+        e = self.experts
+        g = np.concatenate([self.token_weights(layer) for layer in range(self.layers)])
+        hot = np.zeros((self.n_topics, self.layers * e), dtype=np.float32)
+        for layer in range(self.layers):
+            for t, ids in enumerate(self.hot_sets(layer)):
+                hot[t, layer * e + ids] = 1.0
+        bias = np.concatenate([self.bias(layer) for layer in range(self.layers)])
+        return ((g * (self.p.sigma / math.sqrt(self.dims))).astype(np.float32), hot, bias.astype(np.float32))
+
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        """float32 [n, layers, experts]: router logits of tokens ``ids`` with the residual equal to
+        their embedding (the formula in the module doc)."""
         ids = np.asarray(ids, dtype=np.int64)
-        c = self._coefficients[ids]
+        c = self.coefficients(ids)
         a = self.p.embed_topic
         inv_rho = (1.0 / np.sqrt((c.astype(np.float64) ** 2).sum(1) / self.dims + a * a)).astype(np.float32)
-        g = self.token_weights(layer).astype(np.float32) * np.float32(self.p.sigma / math.sqrt(self.dims))
+        g, hot, bias = self._router_parts
         z = c @ g.T
-        hot = self.hot_sets(layer)  # [topics + 1, hot]
-        rows = np.repeat(np.arange(len(ids)), hot.shape[1])
-        z[rows, hot[self.topic[ids].astype(np.int64)].reshape(-1)] += np.float32(self.p.boost)
-        return z * inv_rho[:, None] + self.bias(layer).astype(np.float32)[None, :]
+        z += np.float32(self.p.boost) * hot[self.topic[ids].astype(np.int64)]
+        z *= inv_rho[:, None]
+        z += bias[None, :]
+        return z.reshape(len(ids), self.layers, self.experts)
 
     def routing_table(self, ids: np.ndarray) -> np.ndarray:
         """int64 [n, layers, k]: the top-k experts of each token, ascending."""
         import torch
 
+        ids = np.asarray(ids, dtype=np.int64)
         out = np.empty((len(ids), self.layers, self.top_k), dtype=np.int64)
-        for layer in range(self.layers):
-            _, idx = torch.topk(torch.from_numpy(self.logits(ids, layer)), self.top_k, dim=-1)
-            out[:, layer] = np.sort(idx.numpy(), axis=-1)
+        for s in range(0, len(ids), 4096):
+            _, idx = torch.topk(torch.from_numpy(self.logits(ids[s : s + 4096])), self.top_k, dim=-1)
+            out[s : s + 4096] = np.sort(idx.numpy(), axis=-1)
         return out
 
     def params(self) -> dict[str, Any]:

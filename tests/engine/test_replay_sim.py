@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -36,7 +36,7 @@ def optimal_hits(keys: list[int], cap: int) -> int:
     """Brute force: the most hits any policy reaches, trying every choice on every miss (keep the
     pool, or admit into a free slot or in place of any resident key)."""
 
-    @lru_cache(maxsize=None)
+    @cache
     def best(i: int, pool: frozenset[int]) -> int:
         if i == len(keys):
             return 0
