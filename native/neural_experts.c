@@ -641,16 +641,22 @@ static void token_rows(tok_job *j, float *scr, long r0, long r1, const float *zf
             cp[i] = codes + (size_t)rr * (size_t)G * 16;
             sp[i] = i < n ? row_scales(s, ex, mat, rr, G, sbuf[i], &j->err) : sp[n - 1];
         }
-        if (kf->rows4tok && ntok <= 4) {
-            const void *zp[4];
-            float o[16];
-            for (int t = 0; t < ntok; t++)
-                zp[t] = kf->tok_bf16 ? (const void *)(zb + (size_t)t * (size_t)zstride)
-                                     : (const void *)(zf + (size_t)t * (size_t)zstride);
-            kf->rows4tok(cp, sp, G, zp, ntok, o);
-            for (int i = 0; i < n; i++) {
-                float b = bf16_at(bias, r + i);
-                for (int t = 0; t < ntok; t++) res[(size_t)t * (size_t)rstride + (size_t)(r - r0 + i)] = o[4 * i + t] + b;
+        if (kf->rows4tok) { /* tokens in near-equal groups of 2-4, each row decoded in registers per group */
+            int ng = (ntok + 3) / 4;
+            for (int gi = 0, t0 = 0; gi < ng; gi++) {
+                int nt = ntok / ng + (gi < ntok % ng);
+                const void *zp[4];
+                float o[16];
+                for (int t = 0; t < nt; t++)
+                    zp[t] = kf->tok_bf16 ? (const void *)(zb + (size_t)(t0 + t) * (size_t)zstride)
+                                         : (const void *)(zf + (size_t)(t0 + t) * (size_t)zstride);
+                kf->rows4tok(cp, sp, G, zp, nt, o);
+                for (int i = 0; i < n; i++) {
+                    float b = bf16_at(bias, r + i);
+                    for (int t = 0; t < nt; t++)
+                        res[(size_t)(t0 + t) * (size_t)rstride + (size_t)(r - r0 + i)] = o[4 * i + t] + b;
+                }
+                t0 += nt;
             }
             continue;
         }

@@ -48,8 +48,9 @@ typedef struct neural_kernels {
                     float *S);
     void (*tile4)(const void *q, const float *S, int nb, const void *const z[4], int nt, float *acc);
     int tok_bf16;
-    /* 2..4 tokens x 4 rows, whole rows decoded in registers (NULL: decode4 + tile4):
-       out[4 * r + t] = dot(row r, z[t]), z as for tile4 with g0 = 0. */
+    /* 2..4 tokens x 4 rows, whole rows decoded in registers: out[4 * r + t] = dot(row r, z[t]), z as
+       for tile4 with g0 = 0. Where present (AVX2) it serves every token count in groups of 2-4 and
+       decode4/tile4 are NULL; elsewhere NULL. */
     void (*rows4tok)(const uint8_t *const codes[4], const uint8_t *const scales[4], int G, const void *const z[4],
                      int nt, float out[16]);
     /* checksum of a read of n bytes (n multiple of 256, p 64-byte aligned) */

@@ -185,72 +185,12 @@ NEURAL_TARGET_AVX2 static void dot4_avx2(const uint8_t *const codes[4], const ui
     dot2_avx2(codes[2], codes[3], sc[2], sc[3], z, G, &out[2], &out[3]);
 }
 
-/* Multi-token: the codes of 4 rows go through pshufb and the int->fp32 converts once per block;
-   each token then costs the 3 arithmetic operations per 8 lanes and nothing else. */
-NEURAL_TARGET_AVX2 static void decode4_avx2(const uint8_t *const codes[4], const uint8_t *const sc[4], int g0, int nb,
-                                            void *qv, float *S) {
-    const __m128i lut = _mm_loadu_si128((const __m128i *)neural_lut2_i8);
-    const __m128i m0f = _mm_set1_epi8(0x0f);
-    const int pfd = neural_prefetch_bytes;
-    float *q = (float *)qv;
-    for (int i = 0; i < 4; i++) {
-        const uint8_t *c = codes[i] + 16 * (size_t)g0;
-        for (int g = 0; g < nb; g++) {
-            if (pfd && (g & 3) == 0) _mm_prefetch((const char *)(c + 16 * (size_t)g + pfd), _MM_HINT_T0);
-            __m128i b = _mm_loadu_si128((const __m128i *)(c + 16 * g));
-            __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(b, m0f));
-            __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), m0f));
-            float *d = q + 32 * ((size_t)i * nb + g);
-            _mm256_storeu_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
-            _mm256_storeu_ps(d + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo))));
-            _mm256_storeu_ps(d + 16, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
-            _mm256_storeu_ps(d + 24, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi))));
-            S[i * nb + g] = neural_scale2[sc[i][g0 + g]];
-        }
-    }
-}
-
-/* 4 rows x NT (1 or 2) tokens, lanes 8*hh..8*hh+7: 8 accumulators + 4 inputs in the 16 ymm. */
-NEURAL_TARGET_AVX2 static NEURAL_INLINE void tile_avx2(const float *q, const float *S, int nb, const void *const *zv,
-                                                       float *acc, const int NT, const int hh) {
-    __m256 a[4][2];
-    NEURAL_UNROLL for (int r = 0; r < 4; r++) NEURAL_UNROLL for (int t = 0; t < NT; t++)
-        a[r][t] = _mm256_loadu_ps(acc + r * NEURAL_TOK_ACC_ROW + 16 * t + 8 * hh);
-    for (int g = 0; g < nb; g++) {
-        __m256 ze[2], zo[2];
-        NEURAL_UNROLL for (int t = 0; t < NT; t++) {
-            const float *zg = (const float *)zv[t] + 32 * g + 8 * hh;
-            ze[t] = _mm256_loadu_ps(zg);
-            zo[t] = _mm256_loadu_ps(zg + 16);
-        }
-        NEURAL_UNROLL for (int r = 0; r < 4; r++) {
-            const float *d = q + 32 * ((size_t)r * nb + g) + 8 * hh;
-            const __m256 ql = _mm256_loadu_ps(d), qh = _mm256_loadu_ps(d + 16);
-            const __m256 sv = _mm256_broadcast_ss(&S[r * nb + g]);
-            NEURAL_UNROLL for (int t = 0; t < NT; t++) {
-                __m256 e = _mm256_fmadd_ps(qh, zo[t], _mm256_mul_ps(ql, ze[t]));
-                a[r][t] = _mm256_fmadd_ps(e, sv, a[r][t]);
-            }
-        }
-    }
-    NEURAL_UNROLL for (int r = 0; r < 4; r++) NEURAL_UNROLL for (int t = 0; t < NT; t++)
-        _mm256_storeu_ps(acc + r * NEURAL_TOK_ACC_ROW + 16 * t + 8 * hh, a[r][t]);
-}
-
-NEURAL_TARGET_AVX2 static void tile4_avx2(const void *qv, const float *S, int nb, const void *const zv[4], int nt,
-                                          float *acc) {
-    const float *q = (const float *)qv;
-    for (int t0 = 0; t0 < nt; t0 += 2) {
-        for (int hh = 0; hh < 2; hh++) {
-            if (nt - t0 >= 2) tile_avx2(q, S, nb, zv + t0, acc + 16 * t0, 2, hh);
-            else tile_avx2(q, S, nb, zv + t0, acc + 16 * t0, 1, hh);
-        }
-    }
-}
-
-/* Up to 4 tokens: no buffer; each row's blocks are decoded in registers (as dot2_avx2) and used
-   at once by every token (2 accumulators per token), which halves the work per block against
-   decode4 + tile4 at 2-4 tokens on Zen 2. Whole dot products: out[r][t] (the tree of hsum8). */
+/* Multi-token: groups of 2-4 tokens; each row's blocks are decoded in registers (as dot2_avx2)
+   and used at once by every token of the group (2 accumulators per token); whole dot products
+   out[r][t] (the tree of hsum8). Against decoding 4 rows once into L1 and 4-row x 2-token tiles
+   (the AVX-512 scheme) on Zen 2, MEASURED by bench/kernel/dot_rate.c with the data in L1, ns per
+   block-row and token: 2 tokens 2.7-3.0 against 4.9, 4 tokens 1.9-2.0 against 2.7, 8 tokens
+   2.1-2.4 against 2.5-2.6, 16 tokens 2.2-2.4 against 2.1-2.3; so the AVX2 path has no tiles. */
 NEURAL_TARGET_AVX2 static NEURAL_INLINE void rowtok_avx2(const uint8_t *c, const uint8_t *sc, int G,
                                                          const float *const *z, float *out, const int NT) {
     const __m128i lut = _mm_loadu_si128((const __m128i *)neural_lut2_i8);
@@ -307,7 +247,7 @@ NEURAL_TARGET_AVX2 static uint64_t read_avx2(const uint8_t *p, size_t n) {
     return lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3] ^ read_scalar(p + i, n - i);
 }
 
-const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, decode4_avx2, tile4_avx2, 0, rows4tok_avx2, read_avx2, NULL};
+const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
