@@ -52,14 +52,29 @@ def _engine_args(p: argparse.ArgumentParser, repeats: int) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
+def float_list(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected non-negative numbers, got {text!r}")
+    return values
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="bench_command", metavar="BENCH", required=True)
 
     d = sub.add_parser("decode", help="decode tokens/s at given context depths", description=
-                       "Greedy decode through the engine after DEPTH tokens of context; only the decode is timed.")
+                       "Decode through the engine's generation loop and its sampler after DEPTH tokens of "
+                       "context, per temperature; only the decode is timed, the sampler's cost reported.")
     _engine_args(d, repeats=3)
     d.add_argument("--tokens", type=int, default=128, help="timed decode tokens per run (default 128)")
     d.add_argument("--depth", type=int_list, default=[0, 8192], help="context depths, e.g. 0,8192 (default)")
+    d.add_argument("--temperature", type=float_list, default=[0.0, 1.0],
+                   help="sampling temperatures, 0 = greedy (default 0,1)")
+    d.add_argument("--top-p", type=float_list, default=[0.9],
+                   help="top-p values for each temperature > 0, e.g. 1,0.9 (default 0.9)")
     d.set_defaults(_bench_run=run_decode)
 
     q = sub.add_parser("prompt", help="prompt processing: time to first token for prompts of given lengths",
@@ -189,8 +204,10 @@ def _run_engine_bench(args: argparse.Namespace, bench: str) -> int:
             print(f"[{engine.info.backend_note}]", file=sys.stderr)
         common = {"repeats": args.repeats, "warmup": args.warmup}
         if bench == "decode":
-            bench_settings = {**common, "tokens": args.tokens, "depths": args.depth}
-            result = decode_bench(engine, tokens=args.tokens, depths=args.depth, **common)
+            bench_settings = {**common, "tokens": args.tokens, "depths": args.depth,
+                              "temperatures": args.temperature, "top_ps": args.top_p}
+            result = decode_bench(engine, tokens=args.tokens, depths=args.depth, temperatures=args.temperature,
+                                  top_ps=args.top_p, **common)
         else:
             bench_settings = {**common, "prompt_tokens": args.tokens, "check_tokens": args.check_tokens}
             result = prompt_bench(engine, lengths=args.tokens, check_tokens=args.check_tokens, **common)

@@ -1,10 +1,14 @@
 """Decode and prompt benchmarks through the real engine (``Engine.load`` with its settings).
 
 Decode: the engine first holds ``depth`` tokens of context (the deterministic sequence of
-``context_tokens``), then greedily generates ``tokens`` tokens one ``backend.forward`` at a
-time; only those forwards are timed. Every repeat restarts from the same context: the
-session's prefix reuse truncates the K/V back to it, so the context is processed once per
-depth and its cold pass is reported as time to first token.
+``context_tokens``), then generates ``tokens`` more through ``Engine.complete`` (the loop
+``Engine.generate`` runs, with the shipping sampler, seeded) once per sampling setting
+(temperature 0 = greedy, and each temperature > 0 with each top-p); the decode is timed by
+the engine's own usage figures, and the sampler's own time per token is reported, with its
+cost over greedy (the stop tokens are biased away so that every run decodes all its tokens).
+Every repeat restarts from the same context: the session's prefix reuse truncates the K/V back
+to it, so the context is processed once per depth and its cold pass is reported as time to
+first token.
 
 Prompt: the engine is reset, then a prompt of ``n`` tokens is processed in one
 ``engine.prefill`` and the first token is picked; that is the time to first token. A few
@@ -103,6 +107,9 @@ class DecodeRun:
     phases_ms: dict[str, float] = field(default_factory=dict)
     phases_source: str = ""
     faults: dict[str, float] = field(default_factory=dict)
+    forwards: int = 0  # decode steps inside ``seconds``
+    sample_ms: float = 0.0  # the sampler's own time per token
+    fallbacks: int = 0  # tokens that needed the sampler's full-vocabulary sort
 
 
 def read_faults() -> Any:
@@ -141,30 +148,62 @@ def computing(engine: Engine) -> contextlib.AbstractContextManager[Any]:
     return res.computing() if res is not None else contextlib.nullcontext()
 
 
-def _decode_once(engine: Engine, prompt: list[int], tokens: int) -> DecodeRun:
-    with computing(engine):
-        return _decode_timed(engine, prompt, tokens)
+def _decode_once(engine: Engine, prompt: list[int], tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0) -> DecodeRun:
+    """One run through the engine's generation loop and its sampler (seeded: repeats agree)."""
+    from engine.types import Done, GenerationParams
 
-
-def _decode_timed(engine: Engine, prompt: list[int], tokens: int) -> DecodeRun:
-    logits, _ = engine.prefill(prompt)  # reuses the held context: recomputes one token
-    tok = greedy(logits)
-    ids = [tok]
+    # the raw completion stops at <|return|>, <|call|> and <|endoftext|>: biased away (-100) so every
+    # run decodes all its tokens; the same sparse bias runs in every setting, greedy included
+    sp = engine.special
+    ban = tuple((t, -100.0) for t in sorted({sp.return_, sp.call, sp.endoftext}))
+    params = GenerationParams(max_tokens=tokens + 1, temperature=temperature, top_p=top_p, seed=0, logit_bias=ban)
     window = RunWindow(engine)
     f0 = read_faults()
-    t0 = time.perf_counter()
-    for _ in range(tokens):
-        tok = greedy(engine.backend.forward([tok]))
-        ids.append(tok)
-    seconds = time.perf_counter() - t0
+    done: Done | None = None
+    for ev in engine.complete(list(prompt), params):
+        if isinstance(ev, Done):
+            done = ev
+    assert done is not None
+    if done.finish_reason == "error":
+        raise RuntimeError(f"decode failed: {done.error}")
+    forwards = max(done.usage.completion_tokens - 1, 1)  # the first token comes from the context pass
     hit, phases, source = window.result()
-    return DecodeRun(seconds, ids, hit, phases, source, residency_figures(engine, f0, tokens))
+    s = engine.last_sampler
+    return DecodeRun(done.usage.decode_seconds, list(done.token_ids), hit, phases, source,
+                     residency_figures(engine, f0, forwards), forwards,
+                     1e3 * s.seconds / max(s.calls, 1), s.fallbacks)
+
+
+def _settings(temperatures: list[float], top_ps: list[float]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for t in temperatures:
+        for p in ([1.0] if t == 0 else top_ps):
+            if (t, p) not in out:
+                out.append((t, p))
+    return out
+
+
+def _summary(runs: list[DecodeRun], temperature: float, top_p: float) -> dict[str, Any]:
+    return {"temperature": temperature, "top_p": top_p,
+            "tokens_per_s": summarize([r.forwards / r.seconds for r in runs]),
+            "ms_per_token": summarize([1000.0 * r.seconds / r.forwards for r in runs]),
+            "sample_ms_per_token": summarize([r.sample_ms for r in runs]),
+            "sampler_full_sorts": sum(r.fallbacks for r in runs), "sampled_tokens": sum(len(r.ids) for r in runs),
+            "token_ids_sha256": hash_ids(runs[0].ids),
+            "repeats_identical": len({hash_ids(r.ids) for r in runs}) == 1}
 
 
 def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, warmup: int,
+               temperatures: list[float] | tuple[float, ...] = (0.0,), top_ps: list[float] | tuple[float, ...] = (1.0,),
                log: Log = _stderr) -> dict[str, Any]:
+    """One result row per depth; its top-level figures are the first sampling setting's, and
+    ``sampling`` lists every setting (sampler ms/token, and its cost over greedy when greedy ran)."""
     if tokens < 1 or repeats < 1 or warmup < 0:
         raise ValueError("tokens and repeats must be >= 1, warmup >= 0")
+    if not temperatures or any(t < 0 for t in temperatures) or not top_ps or any(not 0 < p <= 1 for p in top_ps):
+        raise ValueError("temperatures must be >= 0 and top-p values in (0, 1]")
+    settings = _settings(list(temperatures), list(top_ps))
     limit = max_position(engine)
     seq, source = context_tokens(engine, max(max(depths), 1))
     results: list[dict[str, Any]] = []
@@ -184,29 +223,41 @@ def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, 
             greedy(logits)
             ttft = time.perf_counter() - t0
         log(f"depth {depth}: context processed in {ttft:.2f} s; {warmup} warm-up + {repeats} timed runs "
-            f"of {tokens} tokens")
-        for _ in range(warmup):
-            _decode_once(engine, prompt, tokens)
-        runs = [_decode_once(engine, prompt, tokens) for _ in range(repeats)]
-        for i, r in enumerate(runs):
-            log(f"  run {i + 1}: {tokens / r.seconds:.2f} tok/s")
-        hashes = [hash_ids(r.ids) for r in runs]
+            f"of {tokens} tokens per sampling setting")
+        rows: list[tuple[list[DecodeRun], dict[str, Any]]] = []
+        for temperature, top_p in settings:
+            for _ in range(warmup):
+                _decode_once(engine, prompt, tokens, temperature, top_p)
+            runs = [_decode_once(engine, prompt, tokens, temperature, top_p) for _ in range(repeats)]
+            for i, r in enumerate(runs):
+                log(f"  T={temperature:g} top_p={top_p:g} run {i + 1}: {r.forwards / r.seconds:.2f} tok/s, "
+                    f"sampler {r.sample_ms:.3f} ms/token")
+            rows.append((runs, _summary(runs, temperature, top_p)))
+        base = next((s for _, s in rows if s["temperature"] == 0), None)
+        for _, s in rows:
+            if base is not None:
+                s["sample_over_greedy_ms"] = s["sample_ms_per_token"]["median"] - base["sample_ms_per_token"]["median"]
+                s["ms_per_token_over_greedy"] = s["ms_per_token"]["median"] - base["ms_per_token"]["median"]
+        runs, first = rows[0]
         hits = [r.hit_rate for r in runs if r.hit_rate is not None]
         results.append({
             "depth": depth,
             "depth_requested": want,
             "tokens": tokens,
-            "tokens_per_s": summarize([tokens / r.seconds for r in runs]),
-            "ms_per_token": summarize([1000.0 * r.seconds / tokens for r in runs]),
+            "temperature": first["temperature"],
+            "top_p": first["top_p"],
+            "tokens_per_s": first["tokens_per_s"],
+            "ms_per_token": first["ms_per_token"],
             "ttft_s": ttft,
             "context_tokens_per_s": len(prompt) / ttft if ttft > 0 else None,
             "vram_hit_rate": summarize(hits) if hits else None,
             "phases_ms": median_of_dicts([r.phases_ms for r in runs]),
             "phases_source": runs[0].phases_source,
             "residency": median_of_dicts([r.faults for r in runs]),
-            "token_ids_sha256": hashes[0],
-            "repeats_identical": len(set(hashes)) == 1,
+            "token_ids_sha256": first["token_ids_sha256"],
+            "repeats_identical": first["repeats_identical"],
             "token_ids": runs[0].ids,
+            "sampling": [s for _, s in rows],
         })
     return {"context_source": source, "results": results, "notes": notes,
             "token_ids_sha256": hash_ids([i for r in results for i in r["token_ids"]])}

@@ -92,6 +92,13 @@ def decode_table(rep: dict[str, Any]) -> str:
             lines.append("        phases ms: " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases_ms"].items()))
         if r.get("residency"):
             lines.append("        residency: " + ", ".join(f"{k} {v:.3g}" for k, v in r["residency"].items()))
+        for s in r.get("sampling", []):
+            over = s.get("sample_over_greedy_ms")
+            lines.append(f"        T={s['temperature']:g} top_p={s['top_p']:g}: {_spread(s['tokens_per_s'])} tok/s, "
+                         f"sampler {s['sample_ms_per_token']['median']:.3f} ms/token"
+                         + (f" ({over:+.3f} over greedy)" if over is not None else "")
+                         + f", full sorts {s['sampler_full_sorts']}/{s['sampled_tokens']}, "
+                         f"ids {s['token_ids_sha256'][:16]}{'' if s['repeats_identical'] else ' (repeats differ)'}")
     lines += [f"note: {n}" for n in rep["notes"]]
     return "\n".join(lines)
 

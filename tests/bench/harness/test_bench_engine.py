@@ -54,10 +54,20 @@ def check_header(rep: dict, bench: str) -> None:
 def test_decode_json_shape(tiny_model, capsys):
     rep = run_json(capsys, ["bench", "decode", str(tiny_model), "--tokens", "4", "--depth", "0,20", "--ids", *FAST])
     check_header(rep, "decode")
-    assert rep["settings"]["bench"] == {"repeats": 2, "warmup": 1, "tokens": 4, "depths": [0, 20]}
+    assert rep["settings"]["bench"] == {"repeats": 2, "warmup": 1, "tokens": 4, "depths": [0, 20],
+                                        "temperatures": [0.0, 1.0], "top_ps": [0.9]}
     assert [r["depth"] for r in rep["results"]] == [0, 20]
     for r in rep["results"]:
-        assert r["tokens"] == 4
+        assert r["tokens"] == 4 and r["temperature"] == 0.0
+        # through Engine.complete with the shipping sampler: greedy, then T=1 top-p 0.9 (seeded)
+        greedy, sampled = r["sampling"]
+        assert (greedy["temperature"], sampled["temperature"], sampled["top_p"]) == (0.0, 1.0, 0.9)
+        for s in (greedy, sampled):
+            assert s["sample_ms_per_token"]["median"] > 0 and s["repeats_identical"] is True
+            assert s["sampled_tokens"] == 2 * 5 and 0 <= s["sampler_full_sorts"] <= s["sampled_tokens"]
+        assert sampled["sample_over_greedy_ms"] == pytest.approx(
+            sampled["sample_ms_per_token"]["median"] - greedy["sample_ms_per_token"]["median"])
+        assert greedy["token_ids_sha256"] == r["token_ids_sha256"]
         s = r["tokens_per_s"]
         assert s["n"] == 2 and len(s["runs"]) == 2 and s["min"] <= s["median"] <= s["max"]
         assert r["ttft_s"] > 0 and r["ms_per_token"]["median"] > 0
