@@ -112,6 +112,6 @@ def run_tokens(args: argparse.Namespace) -> int:
           f"{r.expert_bytes:,} B per expert", file=sys.stderr)
     for row in r.rows:
         print(f"T={row.tokens:2d}: {row.ms_per_group:8.2f} ms/group {row.gbps:7.2f} GB/s "
-              f"{row.token_experts_per_s:9.1f} token-experts/s")
+              f"{row.token_experts_per_s:9.1f} token-experts/s  (CPU {row.cpu_ms_per_group:.2f} ms)")
     print(f"one-token kernel: {r.one_token_ms_per_expert:8.2f} ms/expert {r.one_token_gbps:7.2f} GB/s")
     return 0

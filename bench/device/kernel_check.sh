@@ -8,7 +8,9 @@
 #     disk (page cache mapping instead of tmpfs), and the C harness (anonymous memory) for the
 #     mmap-vs-anonymous gap;
 #   - `neural bench kernel --tokens 1,2,4,8,16` (the prompt path's multi-token kernel: ms per
-#     group and GB/s) at 8 and 16 threads, auto loop, and at 8 threads the other AVX-512 loop.
+#     group and GB/s) at 8 and 16 threads, auto loop, and at 8 threads the other AVX-512 loop;
+#   - bench/kernel/dot_rate.c (each ISA's loops with the data in L1, and the peak FMA rate: the
+#     compute ceilings) and bench/kernel/copy_align.c (the staging copy vs memcpy by alignment).
 # Usage (device tool, repo root, carry [".whl"]):  bash bench/device/kernel_check.sh
 # Results: $OUT/kernel_check.txt (one "bench NAME: {json}" line per benchmark), $OUT/native_build.log.
 set -uo pipefail
@@ -41,6 +43,10 @@ bench() {  # name, then arguments of `neural bench kernel`
   bench "one-token-8-diskfile" --threads 8 --path "$DISK"
   cc -O2 -ffp-contract=off -std=gnu11 -pthread -Inative bench/kernel/kernel_bench.c native/neural_experts.c \
      native/neural_isa.c native/neural_team.c -lm -o /tmp/neural-kbench && echo "c-harness-8: $(/tmp/neural-kbench 8 "$GIB" "$SECS" 2>&1 | tail -3 | tr '\n' ' ')"
+  cc -O2 -ffp-contract=off -std=gnu11 -Inative bench/kernel/dot_rate.c native/neural_isa.c -lm -o /tmp/neural-dot-rate \
+    && /tmp/neural-dot-rate 1
+  cc -O2 -std=gnu11 -pthread -Inative bench/kernel/copy_align.c native/neural_experts.c native/neural_isa.c \
+     native/neural_team.c -lm -o /tmp/neural-copy-align && /tmp/neural-copy-align 256
   for t in 8 16; do bench "tokens-$t" --threads "$t" --path "$SHM" --tokens 1,2,4,8,16; done
   other=$(python3 -c "from native.kernel import load_kernel as l; k = l(); b = k.best_isa(); print('avx512' if b == 'avx512bf16' else ('avx512bf16' if 'avx512bf16' in k.available_isas() else ''))")
   [ -n "$other" ] && bench "tokens-8-$other" --threads 8 --path "$SHM" --tokens 1,2,4,8,16 --isa "$other"

@@ -8,6 +8,9 @@
  *
  *   cc -O2 -ffp-contract=off -std=gnu11 -Inative bench/kernel/dot_rate.c native/neural_isa.c -lm -o dot-rate
  *   ./dot-rate [SECONDS]
+ *
+ * It also prints the CPU's peak rate of independent FMAs (the floor of the multi-token loops:
+ * 6 ymm or 3 zmm operations per block-row and token).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,10 @@
 
 #include "neural_experts.h"
 #include "neural_internal.h"
+
+#if NEURAL_X86
+#include <immintrin.h>
+#endif
 
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(_MSC_VER)
@@ -103,6 +110,48 @@ static void run(const char *name, const neural_kernels *k, double secs) {
     }
 }
 
+#if NEURAL_X86
+/* Peak fused multiply-adds: 10 independent chains, the ceiling the canonical arithmetic's FLOPs
+   are measured against (AVX2: 8 lanes; AVX-512: 16). */
+NEURAL_TARGET_AVX2 static void fma_peak_avx2(double secs) {
+    __m256 a[10], m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-4f);
+    for (int i = 0; i < 10; i++) a[i] = _mm256_set1_ps(0.001f * (float)i);
+    long n = 0;
+    double t0 = cpu_now(), t;
+    do {
+        for (int r = 0; r < 100000; r++, n++) {
+            a[0] = _mm256_fmadd_ps(a[0], m, c), a[1] = _mm256_fmadd_ps(a[1], m, c);
+            a[2] = _mm256_fmadd_ps(a[2], m, c), a[3] = _mm256_fmadd_ps(a[3], m, c);
+            a[4] = _mm256_fmadd_ps(a[4], m, c), a[5] = _mm256_fmadd_ps(a[5], m, c);
+            a[6] = _mm256_fmadd_ps(a[6], m, c), a[7] = _mm256_fmadd_ps(a[7], m, c);
+            a[8] = _mm256_fmadd_ps(a[8], m, c), a[9] = _mm256_fmadd_ps(a[9], m, c);
+        }
+    } while ((t = cpu_now() - t0) < secs);
+    float v[8];
+    _mm256_storeu_ps(v, _mm256_add_ps(a[0], a[9]));
+    sink = v[0];
+    printf("peak ymm fma: %.2f G per CPU-second\n", n * 10.0 / t / 1e9);
+}
+
+NEURAL_TARGET_AVX512 static void fma_peak_avx512(double secs) {
+    __m512 a[10], m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-4f);
+    for (int i = 0; i < 10; i++) a[i] = _mm512_set1_ps(0.001f * (float)i);
+    long n = 0;
+    double t0 = cpu_now(), t;
+    do {
+        for (int r = 0; r < 100000; r++, n++) {
+            a[0] = _mm512_fmadd_ps(a[0], m, c), a[1] = _mm512_fmadd_ps(a[1], m, c);
+            a[2] = _mm512_fmadd_ps(a[2], m, c), a[3] = _mm512_fmadd_ps(a[3], m, c);
+            a[4] = _mm512_fmadd_ps(a[4], m, c), a[5] = _mm512_fmadd_ps(a[5], m, c);
+            a[6] = _mm512_fmadd_ps(a[6], m, c), a[7] = _mm512_fmadd_ps(a[7], m, c);
+            a[8] = _mm512_fmadd_ps(a[8], m, c), a[9] = _mm512_fmadd_ps(a[9], m, c);
+        }
+    } while ((t = cpu_now() - t0) < secs);
+    sink = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[9]));
+    printf("peak zmm fma: %.2f G per CPU-second\n", n * 10.0 / t / 1e9);
+}
+#endif
+
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 1.0;
     neural_tables_init();
@@ -120,8 +169,14 @@ int main(int argc, char **argv) {
         }
     run("scalar", &neural_kernels_scalar, secs / 4);
 #if NEURAL_X86
-    if (has("avx2")) run("avx2", &neural_kernels_avx2, secs);
-    if (has("avx512")) run("avx512", &neural_kernels_avx512, secs);
+    if (has("avx2")) {
+        fma_peak_avx2(secs / 2);
+        run("avx2", &neural_kernels_avx2, secs);
+    }
+    if (has("avx512")) {
+        fma_peak_avx512(secs / 2);
+        run("avx512", &neural_kernels_avx512, secs);
+    }
     if (has("avx512bf16")) run("avx512bf16", &neural_kernels_avx512bf16, secs);
 #endif
     return 0;

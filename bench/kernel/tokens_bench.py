@@ -31,6 +31,7 @@ class TokensRow:
     ms_per_group: float
     gbps: float  # expert bytes read per second
     token_experts_per_s: float
+    cpu_ms_per_group: float  # process CPU time (all kernel threads, spinning included): steadier on a shared machine
 
 
 @dataclass(frozen=True)
@@ -49,16 +50,17 @@ class TokensBench:
         return asdict(self)
 
 
-def _timed(seconds: float, rounds: int, call: Callable[[], None]) -> float:
-    """Median seconds per call over ``rounds`` rounds of about ``seconds / rounds`` each."""
-    per = []
+def _timed(seconds: float, rounds: int, call: Callable[[], None]) -> tuple[float, float]:
+    """Median wall and process-CPU seconds per call over ``rounds`` rounds of about ``seconds / rounds``."""
+    wall, cpu = [], []
     for _ in range(rounds):
-        n, t0 = 0, time.perf_counter()
+        n, t0, c0 = 0, time.perf_counter(), time.process_time()
         while n < 3 or time.perf_counter() - t0 < seconds / rounds:
             call()
             n += 1
-        per.append((time.perf_counter() - t0) / n)
-    return statistics.median(per)
+        wall.append((time.perf_counter() - t0) / n)
+        cpu.append((time.process_time() - c0) / n)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def run_tokens_bench(tokens: Sequence[int] = (1, 2, 4, 8, 16), threads: int = 0, store_gib: float = 2.0,
@@ -94,12 +96,12 @@ def run_tokens_bench(tokens: Sequence[int] = (1, 2, 4, 8, 16), threads: int = 0,
             def group(x: np.ndarray = x, w: np.ndarray = w, out: np.ndarray = out) -> None:
                 k.expert_tokens(shape, refs[rng.randrange(n)], x, w, out)
 
-            dt = _timed(seconds, rounds, group)
-            rows.append(TokensRow(t, round(dt * 1e3, 3), round(eb / dt / 1e9, 3), round(t / dt, 1)))
+            dt, ct = _timed(seconds, rounds, group)
+            rows.append(TokensRow(t, round(dt * 1e3, 3), round(eb / dt / 1e9, 3), round(t / dt, 1), round(ct * 1e3, 3)))
         x1 = xr.standard_normal(H120).astype(np.float32)
         o1 = np.empty(H120, np.float32)
         w4 = np.full(EXPERTS_PER_CALL, 0.25, np.float32)
-        dt = _timed(seconds, rounds, lambda: k.moe_token(
+        dt, _ = _timed(seconds, rounds, lambda: k.moe_token(
             shape, [refs[i] for i in rng.sample(range(n), EXPERTS_PER_CALL)], w4, x1, o1))
         del owner
         return TokensBench(rows, round(EXPERTS_PER_CALL * eb / dt / 1e9, 3), round(dt / EXPERTS_PER_CALL * 1e3, 3),
