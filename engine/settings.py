@@ -9,6 +9,17 @@ from typing import Any, Literal
 Backend = Literal["auto", "cpu", "gpu", "reference"]
 
 
+def physical_cores() -> int:
+    """Physical cores (SMT siblings share one core's vector units: the kernel gains nothing from them)."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # no psutil or an unreadable topology: logical count
+        n = None
+    return int(n or os.cpu_count() or 2)
+
+
 class SettingsError(ValueError):
     """A setting is out of range; the message names the setting and the allowed range."""
 
@@ -29,6 +40,10 @@ class EngineSettings:
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
     prompt_block: int = 4096
+    gpu_prefill: bool = True  # prompts through the layer-major GPU path (False: token by token, for checks)
+    prompt_split: Literal["auto", "fixed"] = "auto"  # non-resident prompt experts: by measured rates, or <= 16 pairs
+    warm_prompt: bool = True  # compile the prompt kernels and measure this machine's rates at load
+    prefill_tiles: str = ""  # prompt kernel tiles, e.g. "gemm_m=64,gemm_p=32" (device sweeps; "" = the defaults)
     # RAM residency of the expert store (engine/residency)
     ram_budget_gib: float = 0.0  # RAM for store pages; 0 = auto (what is free minus headroom)
     warmup: bool = True  # read the store into RAM in the background after load
@@ -62,6 +77,11 @@ class EngineSettings:
             raise bad("prefill_weight", "must be between 0 and 1024")
         if not 16 <= self.prompt_block <= 16384:
             raise bad("prompt_block", "must be between 16 and 16384")
+        for flag in ("gpu_prefill", "warm_prompt"):
+            if not isinstance(getattr(self, flag), bool):
+                raise bad(flag, "must be true or false")
+        if self.prompt_split not in ("auto", "fixed"):
+            raise bad("prompt_split", "must be auto or fixed")
         if self.kv_ring < 0:
             raise bad("kv_ring", "must be >= 0")
         if not 0 <= self.ram_budget_gib <= 65536:
@@ -76,7 +96,7 @@ class EngineSettings:
     def threads(self) -> int:
         if self.cpu_threads:
             return self.cpu_threads
-        return max(1, min(8, (os.cpu_count() or 2)))
+        return max(1, min(8, physical_cores()))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

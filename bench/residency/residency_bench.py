@@ -327,7 +327,9 @@ def _load_engine(model: Path, args: argparse.Namespace, ram_budget_gib: float, w
     gpu = args.backend in ("gpu", "gpu-interpret")
     kw: dict[str, Any] = {"backend": "gpu" if gpu else args.backend, "vram_budget_gib": args.vram_budget_gib,
                           "context": args.context, "scratch_slots": args.scratch_slots,
-                          "ram_budget_gib": ram_budget_gib, "warmup": warmup, "mlock_gib": 0.0}
+                          "ram_budget_gib": ram_budget_gib, "warmup": warmup, "mlock_gib": 0.0,
+                          # the suite's fallback scenarios (suite.py) ask for token-by-token prompts
+                          "gpu_prefill": os.environ.get("NEURAL_GPU_PREFILL", "1") != "0"}
     if gpu:
         ck = Checkpoint.open(model)
         kw["pool_gib"] = pool_gib_for(ck.config, args)

@@ -20,7 +20,7 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..settings import EngineSettings
-from ..types import Telemetry
+from ..types import CancelToken, PromptCancelled, Telemetry
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
@@ -33,7 +33,7 @@ class GpuUnavailable(RuntimeError):
     """The GPU backend cannot run here; the message says why (shown to the user)."""
 
 
-def hot_set_path(fingerprint: str) -> Path:
+def cache_dir() -> Path:
     base = os.environ.get("NEURAL_CACHE_DIR")
     if base is None:
         try:
@@ -42,7 +42,18 @@ def hot_set_path(fingerprint: str) -> Path:
             base = user_cache_dir("neural")
         except ImportError:
             base = str(Path.home() / ".cache" / "neural")
-    return Path(base) / f"hotset-{fingerprint}.npy"
+    return Path(base)
+
+
+def hot_set_path(fingerprint: str) -> Path:
+    return cache_dir() / f"hotset-{fingerprint}.npy"
+
+
+def use_kernel_cache() -> None:
+    """Keep Triton's compiled kernels in the app's cache folder (set before Triton compiles
+    anything), so a fresh process loads them instead of compiling: the cold start pays no
+    compilation after the first run. A TRITON_CACHE_DIR the user set wins."""
+    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir() / "triton"))
 
 
 class GpuBackend:
@@ -82,6 +93,8 @@ class GpuBackend:
         from .prefill.runner import PrefillRunner
 
         self.prefill = PrefillRunner(self.core, ck, settings, prefer_native=prefer_native)
+        if settings.warm_prompt and settings.gpu_prefill and self.core.cuda:
+            self._warm_prompt_path(progress)
         self.ids: list[int] = []
         self.checkpoints: list = []
         self.hot_set_file = hot_set_file
@@ -101,6 +114,25 @@ class GpuBackend:
         self.ram_residency = self._start_ram_residency()
         self.residency.ram = self.ram_residency  # admissions and evictions change what the CPU reads
         log.info("GPU backend: %s; CPU misses: %s", self.plan.describe(), self.misses.name)
+
+    def _warm_prompt_path(self, progress: LoadProgress | None) -> None:
+        """Cold start: compile (or load from Triton's disk cache) the prompt kernels for both
+        length classes Triton specialises on, touch the CPU kernel's team and the staging ring,
+        then measure this machine's CPU-kernel and packing rates for the prompt split. Nothing
+        is held afterwards (the rows written are beyond length 0)."""
+        import time as _time
+
+        t0 = _time.perf_counter()
+        if progress is not None:
+            progress("Compiling the prompt kernels (cached on disk after the first run)", 0.96)
+        for n in (37, 64):  # odd and multiple-of-16 lengths
+            self.prefill.run([0] * n, 0)
+        self.prefill.last = None
+        if self.settings.prompt_split == "auto":
+            if progress is not None:
+                progress("Measuring this machine's CPU and copy rates for prompts", 0.97)
+            self.prefill.calibrate()
+        log.info("prompt path warmed in %.2f s", _time.perf_counter() - t0)
 
     def _start_ram_residency(self):  # -> ResidencyManager | None
         """RAM residency for the experts the CPU reads (the misses): warm-up in the order of the
@@ -143,6 +175,7 @@ class GpuBackend:
                                      f"not supported; the GPU path needs {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} "
                                      "or newer (RTX 30xx and later)")
             device = torch.device("cuda")
+        use_kernel_cache()
         try:
             import triton  # noqa: F401
         except ImportError as exc:
@@ -252,9 +285,13 @@ class GpuBackend:
             raise ValueError(f"{len(ids)} ids for a state of {len(self.ids)} tokens")
         self.ids = [int(t) for t in ids]
 
-    def _run(self, ids: list[int], progress: ProgressFn | None = None) -> None:
+    def _run(self, ids: list[int], progress: ProgressFn | None = None, cancel: CancelToken | None = None) -> None:
         w = self.policy.prompt_weight(len(ids)) if len(ids) > 1 else 1.0
+        start = len(self.ids)
         for j, tok in enumerate(ids):
+            if cancel is not None and cancel.cancelled:
+                self.truncate(start)  # the ring checkpoints make the rewind exact
+                cancel.check()
             pos = len(self.ids)
             if pos >= self.settings.context:
                 raise ValueError(f"context of {self.settings.context} tokens is full")
@@ -263,12 +300,20 @@ class GpuBackend:
             if progress is not None and (j + 1 == len(ids) or (j + 1) % 16 == 0):
                 progress(j + 1, len(ids))
 
-    def _prefill(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
-        """A prompt through the layer-major path; on failure, token by token (slow, correct)."""
+    def _prefill(self, ids: list[int], progress: ProgressFn | None = None,
+                 cancel: CancelToken | None = None) -> torch.Tensor:
+        """A prompt through the layer-major path; on failure, token by token (slow, correct).
+        A stop (PromptCancelled) restores the sliding rings as they were and keeps the held tokens."""
         start = len(self.ids)
         self.residency.poll()  # flip admissions that have landed: more experts resident
+        # the prompt overwrites ring rows of positions before it: a stop must put them back
+        before = self.core.kv.checkpoint(start) if cancel is not None and self.core.kv.sliding else None
         try:
-            logits = self.prefill.run(ids, start, progress)
+            logits = self.prefill.run(ids, start, progress, cancel=cancel)
+        except PromptCancelled:
+            if before is not None:
+                self.core.kv.restore(before)
+            raise
         except ValueError:
             self.ids, self.checkpoints = [], []  # cache and rings hold part of the prompt
             raise
@@ -286,13 +331,14 @@ class GpuBackend:
         self.core.logits.copy_(logits.to(self.core.logits.device))  # as after a decode step
         return logits
 
-    def forward(self, ids: list[int], progress: ProgressFn | None = None) -> torch.Tensor:
+    def forward(self, ids: list[int], progress: ProgressFn | None = None,
+                cancel: CancelToken | None = None) -> torch.Tensor:
         if not ids:
             raise ValueError("forward needs at least one token")
-        if len(ids) > 1 and os.environ.get("NEURAL_GPU_PREFILL", "1") != "0":  # 0: token by token
-            logits = self._prefill(ids, progress)
+        if len(ids) > 1 and self.settings.gpu_prefill:  # False: token by token (checks)
+            logits = self._prefill(ids, progress, cancel)
         else:
-            self._run(ids, progress)
+            self._run(ids, progress, cancel)
             logits = None
         if len(ids) > 1 and self.core.kv.sliding:
             self.checkpoints.append(self.core.kv.checkpoint(len(self.ids)))

@@ -5,9 +5,11 @@ whatever the number of blocks):
 
 1. sort the (token, k) pairs by expert id on the GPU; one routing sync brings ids and
    weights to the host (``stats.routing_sync``);
-2. ``grouping.plan_layer`` splits the experts: resident -> grouped GEMM from the slot;
-   non-resident with <= ``cpu_max`` pairs -> the native multi-token kernel on a worker
-   thread; larger non-resident groups -> the pinned staging ring -> a scratch slot -> GEMM;
+2. ``split.SplitModel`` picks the non-resident experts the CPU computes (the cheapest, until the
+   CPU lane would outlast the staging lane) and ``grouping.plan_layer`` splits the experts:
+   resident -> grouped GEMM from the slot; the CPU's -> the native multi-token kernel on a
+   worker thread; the other non-resident ones -> the pinned staging ring -> a scratch slot
+   -> GEMM (without a split model: the CPU takes groups of <= ``cpu_max`` pairs);
 3. launch order: the staging producer starts packing at once, the CPU worker gets its rows,
    the resident waves go to the GPU, then each staged expert's copy (copy stream) and its
    wave (compute stream waits for that copy only);
@@ -30,13 +32,15 @@ import torch
 from .cpu_groups import CpuGroups
 from .grouping import LayerPlan, plan_layer
 from .launch import PrefillKernels
+from .split import SplitModel
 from .staging import StagingRing
 from .stats import GpuTimer, PrefillStats
 
 
 class PromptExperts:
     def __init__(self, core: Any, kernels: PrefillKernels, cpu: CpuGroups, ring: StagingRing | None,
-                 cpu_max: int, max_rows: int, stats: PrefillStats, timer: GpuTimer, staged_group: int = 1) -> None:
+                 cpu_max: int, max_rows: int, stats: PrefillStats, timer: GpuTimer, staged_group: int = 1,
+                 split: SplitModel | None = None) -> None:
         self.core = core
         self.cfg = core.cfg
         self.k = kernels
@@ -45,6 +49,7 @@ class PromptExperts:
         self.cpu_max = cpu_max
         self.max_rows = max(max_rows, kernels.t.gemm_m)
         self.staged_group = staged_group
+        self.split = split
         self.stats = stats
         self.timer = timer
         self.cuda = bool(core.cuda)
@@ -80,11 +85,15 @@ class PromptExperts:
         xs = x.numpy()
         out = np.empty_like(xs)
         at = 0
+        t1 = time.perf_counter()
         for e in experts:
             n = int(counts[e])
             self.cpu.compute(layer, e, xs[at : at + n], w[at : at + n], out[at : at + n])
             at += n
-        self.stats.cpu_jobs += time.perf_counter() - t0
+        done = time.perf_counter()
+        if self.split is not None:
+            self.split.observe_cpu(done - t1, counts[experts], self.core.layout.payload_bytes)
+        self.stats.cpu_jobs += done - t0
         return out
 
     def _start_cpu(self, layer: int, plan: LayerPlan, flat_ids: np.ndarray, w_flat: np.ndarray,
@@ -176,8 +185,13 @@ class PromptExperts:
         t0 = time.perf_counter()
         waited0 = self.stats.stage_wait
         counts = np.bincount(flat_h, minlength=cfg.num_local_experts)
-        plan = plan_layer(counts, self.core.np_table[layer], self.core.plan.n_slots, self.n_scratch, self.cpu_max,
-                          self.k.t.gemm_m, self.max_rows, self.staged_group)
+        table_row = self.core.np_table[layer]
+        cpu_set = None
+        if self.split is not None:
+            nonres = {int(e): int(counts[e]) for e in np.flatnonzero(counts) if table_row[e] < 0}
+            cpu_set = self.split.choose(nonres, self.core.layout.payload_bytes, can_stage=self.n_scratch > 0)
+        plan = plan_layer(counts, table_row, self.core.plan.n_slots, self.n_scratch, self.cpu_max,
+                          self.k.t.gemm_m, self.max_rows, self.staged_group, cpu_set)
         self.last_plan = plan
         if plan.staged:
             assert self.ring is not None

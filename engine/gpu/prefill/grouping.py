@@ -83,10 +83,12 @@ def _cut_waves(tiles: list[tuple[int, int, int, int]], max_rows: int, out_tiles:
 
 
 def plan_layer(counts: np.ndarray, table_row: np.ndarray, scratch_base: int, n_scratch: int, cpu_max: int,
-               block_m: int, max_rows: int, staged_group: int = 1) -> LayerPlan:
+               block_m: int, max_rows: int, staged_group: int = 1, cpu_set: set[int] | None = None) -> LayerPlan:
     """Split one layer's experts between slots, the CPU and staging; build tiles and waves.
 
     ``table_row[e]`` is the readable VRAM slot of expert e or -1 (engine/gpu/pool.py).
+    ``cpu_set``: the non-resident experts the CPU computes (split.py's choice); None = those
+    with at most ``cpu_max`` pairs.
     ``staged_group`` staged experts share waves (fewer, fuller launches; the wave waits for
     all of their copies); at most ``n_scratch``, since they occupy scratch slots together."""
     counts = np.asarray(counts, dtype=np.int64)
@@ -101,7 +103,7 @@ def plan_layer(counts: np.ndarray, table_row: np.ndarray, scratch_base: int, n_s
         if slot >= 0:
             plan.resident.append(e)
             resident_tiles += [(*t, -1) for t in _expert_tiles(int(offsets[e]), n, slot, block_m)]
-        elif n <= cpu_max or n_scratch <= 0:
+        elif n_scratch <= 0 or (e in cpu_set if cpu_set is not None else n <= cpu_max):
             plan.cpu.append(e)
         else:
             i = len(plan.staged)

@@ -27,10 +27,12 @@ import torch
 from ...checkpoint import Checkpoint
 from ...config import ModelConfig
 from ...settings import EngineSettings
+from ...types import CancelToken
 from . import dense
 from .cpu_groups import CpuGroups, make_cpu_groups
 from .experts import PromptExperts, combine
 from .launch import PrefillKernels
+from .split import SplitModel
 from .staging import StagingRing
 from .stats import GpuTimer, PrefillStats
 from .tiles import PrefillTiles
@@ -57,13 +59,16 @@ class PrefillRunner:
     def __init__(self, core: Any, ck: Checkpoint, settings: EngineSettings, *, tiles: PrefillTiles | None = None,
                  cpu_groups: CpuGroups | None = None, cpu_max: int = CPU_MAX_TOKENS, ring_depth: int = RING_DEPTH,
                  pack_threads: int = 0, max_rows: int = MAX_ROWS, prefer_native: bool = True,
-                 release_cache: bool = True, timed: bool = True, staged_group: int = 1) -> None:
+                 release_cache: bool = True, timed: bool = True, staged_group: int = 1,
+                 split: SplitModel | None = None) -> None:
         self.core = core
         self.ck = ck
         self.cfg: ModelConfig = core.cfg
         self.settings = settings
         self.cuda = bool(core.cuda)
         tiles = tiles or PrefillTiles.for_config(self.cfg, interpret=not self.cuda)
+        if settings.prefill_tiles:
+            tiles = tiles.with_overrides(settings.prefill_tiles)
         self.kernels = PrefillKernels(self.cfg, tiles, core.layout)
         self.cpu = cpu_groups or make_cpu_groups(ck, settings.threads(), prefer_native)
         self.ring_depth = ring_depth
@@ -75,8 +80,11 @@ class PrefillRunner:
         self.max_rows = max_rows
         self.release_cache = release_cache
         self.timed = timed  # CUDA-event phase times (a few events per wave; off saves ~10 us each)
+        # the CPU / staging split from this machine's rates (calibrate()); "fixed": groups of <= cpu_max pairs
+        self.split = split if split is not None else SplitModel()
+        fixed = settings.prompt_split == "fixed" and split is None
         self.experts = PromptExperts(core, self.kernels, self.cpu, self.ring, cpu_max, max_rows, PrefillStats(),
-                                     GpuTimer(self.cuda), staged_group)
+                                     GpuTimer(self.cuda), staged_group, None if fixed else self.split)
         self.last: PrefillResult | None = None
 
     def _make_ring(self) -> StagingRing | None:
@@ -94,26 +102,27 @@ class PrefillRunner:
 
     # ---- the prompt -----------------------------------------------------------------------------
     def run(self, ids: list[int], start: int, progress: ProgressFn | None = None, *, all_logits: bool = False,
-            block: int | None = None) -> torch.Tensor:
+            block: int | None = None, cancel: CancelToken | None = None) -> torch.Tensor:
         """Process ``ids`` at positions ``start ..``; the cache must hold positions before ``start``.
         Returns the fp32 logits of the last token [vocab] on the CPU; details in ``self.last``.
 
-        On an exception the cache holds a partly written prompt (sliding rings included): the
-        caller must treat the backend's state as lost (rewind to 0 or to a ring checkpoint)."""
+        ``cancel`` is polled between blocks and layers (PromptCancelled). On any exception the
+        cache holds a partly written prompt (sliding rings included): the caller must rewind (a
+        ring checkpoint taken before the call, or 0)."""
         if not ids:
             raise ValueError("a prompt needs at least one token")
         n = len(ids)
         if start + n > self.settings.context:
             raise ValueError(f"context of {self.settings.context} tokens is full")
         try:
-            return self._run(ids, start, progress, all_logits, block or self.settings.prompt_block)
+            return self._run(ids, start, progress, all_logits, block or self.settings.prompt_block, cancel)
         except BaseException:
             self._reset_after_failure()
             raise
 
     @torch.no_grad()
     def _run(self, ids: list[int], start: int, progress: ProgressFn | None, all_logits: bool,
-             block: int) -> torch.Tensor:
+             block: int, cancel: CancelToken | None = None) -> torch.Tensor:
         core, cfg, kern = self.core, self.cfg, self.kernels
         n, layers, topk = len(ids), cfg.num_hidden_layers, cfg.num_experts_per_tok
         t_wall = time.perf_counter()
@@ -135,6 +144,8 @@ class PrefillRunner:
             kc, vc, rows = kv.k[layer], kv.v[layer], kv.k[layer].shape[0]
             window = kv.window_of(layer)
             for b0, b1 in blocks:
+                if cancel is not None:
+                    cancel.check()  # between blocks: a stop lands within one block's dense work
                 mark = timer.start()
                 q, kb, vb = dense.qkv_rope(core, layer, x[b0:b1], positions[b0:b1])
                 timer.stop("dense", mark)
@@ -151,6 +162,8 @@ class PrefillRunner:
                 t_b, i_b, w_b = dense.route(core, layer, x[b0:b1])
                 t_all[b0:b1], e_ids[b0:b1], e_w[b0:b1] = t_b, i_b, w_b
                 timer.stop("dense", mark)
+            if cancel is not None:
+                cancel.check()
             contrib, ids_h = self.experts.run(layer, t_all, e_ids, e_w)
             routing[:, layer] = ids_h
             counts[layer] = np.bincount(ids_h.reshape(-1), minlength=cfg.num_local_experts)
@@ -170,12 +183,54 @@ class PrefillRunner:
         if self.ring is not None:
             stats.pack = self.ring.pack_seconds - ring0[0]
             stats.pack_event_wait = self.ring.event_wait_seconds - ring0[1]
+        self.split.observe_stage(stats.pack, stats.staged_experts, core.layout.payload_bytes)
+        stats.split = self.split.end_prompt()
         if self.cuda and self.release_cache:
             torch.cuda.empty_cache()  # give the prompt's workspace back before decode
         stats.wall = time.perf_counter() - t_wall
         self.last = PrefillResult(logits, routing, counts, stats, every)
         log.debug("prompt: %s", stats.summary())
         return logits
+
+    # ---- this machine's rates --------------------------------------------------------------------
+    def calibrate(self, tokens: int = 16, reps: int = 2) -> dict[str, float]:
+        """Measure the CPU kernel (1 and ``tokens`` tokens) and the staging ring's packing on
+        non-resident experts, and set the split's rates from them (once, at load)."""
+        cfg, layout = self.cfg, self.core.layout
+        table = self.core.np_table
+        cold = [(layer, int(e)) for layer in range(cfg.num_hidden_layers) for e in np.flatnonzero(table[layer] < 0)]
+        if not cold:
+            return {}
+        rng = np.random.default_rng(0)
+        picks = [cold[int(i)] for i in rng.choice(len(cold), size=min(len(cold), 2 * reps + 2), replace=False)]
+        x = rng.standard_normal((tokens, cfg.hidden_size)).astype(np.float32)
+        w = np.ones(tokens, dtype=np.float32)
+        out = np.empty_like(x)
+
+        def cpu_time(layer: int, e: int, n: int) -> float:
+            t0 = time.perf_counter()
+            self.cpu.compute(layer, e, x[:n], w[:n], out[:n])
+            return time.perf_counter() - t0
+
+        for layer, e in picks[:1]:
+            cpu_time(layer, e, tokens)  # first touch of the pages and of the kernel's threads
+        one = min(cpu_time(layer, e, 1) for layer, e in picks[1 : 1 + reps])
+        many = min(cpu_time(layer, e, tokens) for layer, e in picks[1 : 1 + reps])
+        stage = self.split.rates.stage * layout.payload_bytes
+        if self.ring is not None:
+            staged = picks[1 + reps :] or picks[-1:]
+            p0 = self.ring.pack_seconds
+            for layer, e in staged:
+                self.ring.submit(layer, [e])
+                _, _, buf = self.ring.take()
+                self.ring.give_back(buf, None)
+            stage = (self.ring.pack_seconds - p0) / len(staged)
+        self.split.rates = SplitModel.fitted(one, many, tokens, stage, layout.payload_bytes)
+        r = self.split.rates
+        got = {"cpu_1_token_s": one, f"cpu_{tokens}_tokens_s": many, "pack_s": stage,
+               "cpu_pass_gbps": 1e-9 / r.cpu_pass, "cpu_token_gbps": 1e-9 / r.cpu_token, "stage_gbps": 1e-9 / r.stage}
+        log.info("prompt split rates: %s", {k: round(v, 5) for k, v in got.items()})
+        return got
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def _reset_after_failure(self) -> None:

@@ -75,14 +75,16 @@ class PrefillStats:
     staged_bytes: int = 0
     cpu_experts: int = 0
     cpu_rows: int = 0
+    split: dict[str, float] = field(default_factory=dict)  # lanes observed vs predicted (split.py)
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.wall if self.wall > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "gpu"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("gpu", "split")}
         d["gpu"] = dict(self.gpu)
+        d["split"] = dict(self.split)
         d["tokens_per_s"] = self.tokens_per_s
         return d
 
