@@ -39,7 +39,7 @@ def test_tokens_match_reference_at_120b_width(kernel: NativeKernel, isa: str, mo
     x = rng.standard_normal((16, hidden)).astype(np.float32)
     w = rng.random(16).astype(np.float32)
     want = reference(parts, x, w, bf16)
-    for ntok, threads in ((2, 1), (3, 2), (4, 3), (5, 2), (8, 1), (13, 3), (16, 2)):
+    for ntok, threads in ((2, 1), (4, 3), (5, 2), (13, 3), (16, 2)):  # groups of 2..4 and, on AVX-512, tiles
         kernel.set_threads(threads)
         got = run(kernel, ex, x[:ntok], w[:ntok])
         assert R.bits_equal(got, want[:ntok]), (ntok, threads)
