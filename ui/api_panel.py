@@ -63,8 +63,21 @@ class ApiPanel(QFrame):
         gen.setObjectName("link")
         gen.setText("Generate")
         gen.setToolTip("Create a random key")
-        gen.clicked.connect(lambda: self.api_key.setText("sk-local-" + secrets.token_urlsafe(18)))
+        gen.clicked.connect(self._generate)
+        self.show_key = QToolButton()
+        self.show_key.setObjectName("link")
+        self.show_key.setText("Show")
+        self.show_key.setCheckable(True)
+        self.show_key.setToolTip("Show the key (to paste it into an editor plugin)")
+        self.show_key.toggled.connect(self._show_key)
+        self.copy_key = QToolButton()
+        self.copy_key.setObjectName("link")
+        self.copy_key.setText("Copy")
+        self.copy_key.setToolTip("Copy the key to the clipboard")
+        self.copy_key.clicked.connect(lambda: QApplication.clipboard().setText(self.api_key.text().strip()))
         key_row.addWidget(self.api_key, 1)
+        key_row.addWidget(self.show_key)
+        key_row.addWidget(self.copy_key)
         key_row.addWidget(gen)
         form.addRow("API key", key_row)
         self.cors = QLineEdit(values.cors_origins)
@@ -86,13 +99,21 @@ class ApiPanel(QFrame):
         lay.addLayout(status_row)
         self.base_url = ""
 
+    def _generate(self) -> None:
+        self.api_key.setText("sk-local-" + secrets.token_urlsafe(18))
+        self.show_key.setChecked(True)  # a new key is there to be seen and copied
+
+    def _show_key(self, on: bool) -> None:
+        self.api_key.setEchoMode(QLineEdit.EchoMode.Normal if on else QLineEdit.EchoMode.PasswordEchoOnEdit)
+        self.show_key.setText("Hide" if on else "Show")
+
     def values(self) -> ApiPanelValues:
         return ApiPanelValues(self.switch.isChecked(), self.port.value(), self.api_key.text().strip(),
                               self.cors.text().strip())
 
     def _switched(self, on: bool) -> None:
         for w in (self.port, self.api_key, self.cors):
-            w.setEnabled(not on)
+            w.setReadOnly(on) if isinstance(w, QLineEdit) else w.setEnabled(not on)
         self.toggled.emit(self.values())
 
     def set_switch(self, on: bool) -> None:
@@ -100,8 +121,8 @@ class ApiPanel(QFrame):
         self.switch.blockSignals(True)
         self.switch.setChecked(on)
         self.switch.blockSignals(False)
-        for w in (self.port, self.api_key, self.cors):
-            w.setEnabled(not on)
+        for w in (self.port, self.api_key, self.cors):  # read-only, not disabled: the key stays copyable
+            w.setReadOnly(on) if isinstance(w, QLineEdit) else w.setEnabled(not on)
 
     def set_status(self, text: str, base_url: str = "", kind: str = "muted") -> None:
         self.base_url = base_url

@@ -1,8 +1,10 @@
-"""The chat pane: title bar with the reasoning-effort selector, the message column, the composer."""
+"""The chat pane: title bar with the reasoning-effort selector and the chat controls (instructions,
+sampling, context meter, attachments), the message column, the composer."""
 
 from __future__ import annotations
 
 from engine.types import ToolCall
+from ui.chat_controls import ChatControls
 from ui.composer import Composer
 from ui.markdown_render import MarkdownRenderer
 from ui.message_view import MessageViewModel, MessageWidget
@@ -64,7 +66,17 @@ class ChatView(QWidget):
         self.effort.setToolTip("How long the model thinks before answering (harmony 'Reasoning: low|medium|high').")
         self.effort.currentIndexChanged.connect(lambda _i: self.effortChanged.emit(self.effort.currentData()))
         top.addWidget(self.effort)
+        self.controls_btn = QToolButton()
+        self.controls_btn.setText("Chat settings")
+        self.controls_btn.setCheckable(True)
+        self.controls_btn.setToolTip("Instructions, temperature, top-p, seed, answer length, context use, "
+                                     "attachments — kept with this conversation")
+        top.addWidget(self.controls_btn)
         lay.addLayout(top)
+        self.controls = ChatControls()
+        self.controls.setVisible(False)
+        self.controls_btn.toggled.connect(self.controls.setVisible)
+        lay.addWidget(self.controls)
 
         self.scroll_area = QScrollArea()
         self.scroll_area.setWidgetResizable(True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from app.core.settings import GenerationDefaults
 from engine.config import ConfigError, ModelConfig
 from engine.settings import OPTIMIZED, EngineSettings, SettingsError
 from ui.qt import (
@@ -27,6 +28,7 @@ from ui.qt import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
@@ -47,8 +49,7 @@ class PreferencesValues:
     engine: EngineSettings
     preset: str
     theme: str
-    max_tokens: int
-    temperature: float
+    generation: GenerationDefaults  # the defaults of a new chat (each chat can change them)
     remote_enabled: bool
     remote_url: str
     remote_key: str
@@ -200,15 +201,38 @@ class PreferencesDialog(QDialog):
         # ---- generation & appearance ----
         gen = QWidget()
         gform = QFormLayout(gen)
+        g = values.generation
+        note = QLabel("Defaults for new chats; each chat can change them under “Chat settings”.")
+        note.setObjectName("hint")
+        gform.addRow(note)
+        self.effort = QComboBox()
+        for key in ("low", "medium", "high"):
+            self.effort.addItem(key.title(), key)
+        self.effort.setCurrentIndex(max(0, self.effort.findData(g.reasoning_effort)))
+        gform.addRow("Reasoning effort", self.effort)
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(1, 131072)
-        self.max_tokens.setValue(values.max_tokens)
+        self.max_tokens.setValue(g.max_tokens)
         gform.addRow("Max answer tokens", self.max_tokens)
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, 2.0)
         self.temperature.setSingleStep(0.1)
-        self.temperature.setValue(values.temperature)
+        self.temperature.setValue(g.temperature)
         gform.addRow("Temperature", self.temperature)
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.01, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setValue(g.top_p)
+        gform.addRow("Top-p", self.top_p)
+        self.seed = QSpinBox()
+        self.seed.setRange(-1, 2**31 - 1)
+        self.seed.setSpecialValueText("random")
+        self.seed.setValue(max(-1, min(g.seed, 2**31 - 1)))
+        gform.addRow("Seed", self.seed)
+        self.system_prompt = QPlainTextEdit(g.system_prompt)
+        self.system_prompt.setPlaceholderText("Instructions every new chat starts with (empty = none)")
+        self.system_prompt.setFixedHeight(90)
+        gform.addRow("Instructions", self.system_prompt)
         self.theme = QComboBox()
         for key, title in (("system", "Follow the system"), ("light", "Light"), ("dark", "Dark")):
             self.theme.addItem(title, key)
@@ -272,9 +296,14 @@ class PreferencesDialog(QDialog):
         return PreferencesValues(
             model_dir=self.model_edit.text().strip(), engine=self.engine_settings(),
             preset=str(self.preset.currentData()), theme=str(self.theme.currentData()),
-            max_tokens=self.max_tokens.value(), temperature=self.temperature.value(),
+            generation=self.generation(),
             remote_enabled=self.remote_enabled.isChecked(), remote_url=self.remote_url.text().strip(),
             remote_key=self.remote_key.text(), remote_model=self.remote_model.text().strip())
+
+    def generation(self) -> GenerationDefaults:
+        return GenerationDefaults(reasoning_effort=str(self.effort.currentData()), max_tokens=self.max_tokens.value(),
+                                  temperature=round(self.temperature.value(), 2), top_p=round(self.top_p.value(), 2),
+                                  seed=self.seed.value(), system_prompt=self.system_prompt.toPlainText())
 
     # ---- presets ----------------------------------------------------------------------
     def _preset_chosen(self, _i: int) -> None:

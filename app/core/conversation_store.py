@@ -17,7 +17,11 @@ from typing import Any
 from app.core.message_tree import MessageTree, StoredMessage, tool_calls_from_json, tool_calls_to_json
 from engine.types import ToolCall
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# columns added after version 1 (ALTER TABLE on an older database): per-conversation chat
+# controls (app.core.settings.GenerationDefaults as JSON; '' = the app's defaults) and the draft
+_ADDED_COLUMNS = (("conversations", "generation", "TEXT NOT NULL DEFAULT ''"),
+                  ("conversations", "draft", "TEXT NOT NULL DEFAULT ''"))
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -57,6 +61,8 @@ class ConversationRecord:
     leaf_id: str | None
     reasoning_effort: str
     system_prompt: str
+    generation: dict[str, Any] | None = None  # the conversation's chat controls; None = app defaults
+    draft: str = ""
 
 
 class ConversationStore:
@@ -75,6 +81,10 @@ class ConversationStore:
             # executescript() would commit on its own; run the statements inside our transaction.
             for stmt in filter(str.strip, _SCHEMA.split(";")):
                 db.execute(stmt)
+            for table, col, decl in _ADDED_COLUMNS:
+                have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+                if col not in have:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {decl}")
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._seq = int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM messages").fetchone()[0])
 
@@ -101,21 +111,44 @@ class ConversationStore:
 
     # ---- conversations ----------------------------------------------------------------
     def create_conversation(self, title: str = "New chat", reasoning_effort: str = "medium",
-                            system_prompt: str = "") -> str:
+                            system_prompt: str = "", generation: dict[str, Any] | None = None) -> str:
         cid = uuid.uuid4().hex
         now = time.time()
         with self._tx() as db:
             db.execute(
-                "INSERT INTO conversations(id, title, created, updated, reasoning_effort, system_prompt) "
-                "VALUES (?, ?, ?, ?, ?, ?)", (cid, title, now, now, reasoning_effort, system_prompt))
+                "INSERT INTO conversations(id, title, created, updated, reasoning_effort, system_prompt, generation) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", (cid, title, now, now, reasoning_effort, system_prompt,
+                                                 json.dumps(generation) if generation else ""))
         return cid
+
+    @staticmethod
+    def _record(r: sqlite3.Row) -> ConversationRecord:
+        gen = None
+        if r["generation"]:
+            try:
+                gen = json.loads(r["generation"])
+            except ValueError:  # a damaged row falls back to the app's defaults
+                gen = None
+        return ConversationRecord(r["id"], r["title"], r["created"], r["updated"], r["leaf_id"],
+                                  r["reasoning_effort"], r["system_prompt"], gen if isinstance(gen, dict) else None,
+                                  r["draft"])
 
     def conversation(self, cid: str) -> ConversationRecord:
         row = self._db.execute("SELECT * FROM conversations WHERE id=?", (cid,)).fetchone()
         if row is None:
             raise KeyError(cid)
-        return ConversationRecord(row["id"], row["title"], row["created"], row["updated"], row["leaf_id"],
-                                  row["reasoning_effort"], row["system_prompt"])
+        return self._record(row)
+
+    def set_generation(self, cid: str, generation: dict[str, Any]) -> None:
+        """The conversation's chat controls (system prompt, sampling, effort, max tokens)."""
+        with self._tx() as db:
+            db.execute("UPDATE conversations SET generation=?, reasoning_effort=?, system_prompt=? WHERE id=?",
+                       (json.dumps(generation), str(generation.get("reasoning_effort", "medium")),
+                        str(generation.get("system_prompt", "")), cid))
+
+    def set_draft(self, cid: str, text: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE conversations SET draft=? WHERE id=?", (text, cid))
 
     def list_conversations(self, search: str = "") -> list[ConversationRecord]:
         """Newest first; ``search`` matches titles and message text (case-insensitive)."""
@@ -127,8 +160,7 @@ class ConversationStore:
                 "ORDER BY updated DESC", (pat, pat)).fetchall()
         else:
             rows = self._db.execute("SELECT * FROM conversations ORDER BY updated DESC").fetchall()
-        return [ConversationRecord(r["id"], r["title"], r["created"], r["updated"], r["leaf_id"],
-                                   r["reasoning_effort"], r["system_prompt"]) for r in rows]
+        return [self._record(r) for r in rows]
 
     def rename(self, cid: str, title: str) -> None:
         title = title.strip() or "Untitled"
@@ -174,6 +206,12 @@ class ConversationStore:
                        (content, reasoning, tool_calls_to_json(tool_calls), json.dumps(meta or {}), msg_id))
             db.execute("UPDATE conversations SET updated=? WHERE id=(SELECT conversation_id FROM messages "
                        "WHERE id=?)", (time.time(), msg_id))
+
+    def update_streaming(self, msg_id: str, content: str, reasoning: str | None) -> None:
+        """The growing answer, saved as it streams (a crash keeps what was on screen): one row
+        update in one WAL transaction, no metadata rewrite."""
+        with self._tx() as db:
+            db.execute("UPDATE messages SET content=?, reasoning=? WHERE id=?", (content, reasoning, msg_id))
 
     def delete_message(self, msg_id: str) -> None:
         """Remove a leaf message (an answer that never started); its parent becomes the leaf."""

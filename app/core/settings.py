@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from engine.settings import EngineSettings, SettingsError
+from engine.types import GenerationParams
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +40,58 @@ class RemoteSettings:
     model: str = ""
 
 
+EFFORTS = ("low", "medium", "high")
+
+
+@dataclass
+class GenerationDefaults:
+    """How an answer is generated: the app's defaults (Preferences) and, per conversation, the chat
+    controls; one type from the settings file through the dialog to the engine's request."""
+
+    reasoning_effort: str = "medium"
+    max_tokens: int = 2048
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = -1  # -1 = a new random seed each answer
+    system_prompt: str = ""  # instructions for the model (rendered as the harmony developer message)
+
+    def errors(self) -> list[str]:
+        """What is out of range, each naming the control."""
+        out = []
+        if self.reasoning_effort not in EFFORTS:
+            out.append(f"Reasoning effort must be low, medium or high (got {self.reasoning_effort!r}).")
+        if not 1 <= self.max_tokens <= 131072:
+            out.append(f"Max answer tokens must be between 1 and 131072 (got {self.max_tokens}).")
+        if not 0.0 <= self.temperature <= 2.0:
+            out.append(f"Temperature must be between 0 and 2 (got {self.temperature:g}).")
+        if not 0.0 < self.top_p <= 1.0:
+            out.append(f"Top-p must be above 0 and at most 1 (got {self.top_p:g}).")
+        if not -1 <= self.seed < 2**63:
+            out.append(f"Seed must be -1 (random) or a non-negative integer (got {self.seed}).")
+        return out
+
+    def params(self) -> GenerationParams:
+        """The engine request (the reasoning effort and system prompt travel in the Conversation)."""
+        return GenerationParams(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
+                                seed=None if self.seed < 0 else self.seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, base: GenerationDefaults | None = None) -> GenerationDefaults:
+        """Known keys of the right type over ``base`` (default: the defaults); bad values dropped."""
+        g = _filled(cls, data, base)
+        return g if not g.errors() else (base or cls())
+
+
 @dataclass
 class GuiSettings:
     model_dir: str = ""
     engine: dict[str, Any] = field(default_factory=dict)  # EngineSettings fields that differ from defaults
     preset: str = "default"
     theme: str = "system"  # system | light | dark
-    reasoning_effort: str = "medium"
-    max_tokens: int = 2048
-    temperature: float = 1.0
+    generation: GenerationDefaults = field(default_factory=GenerationDefaults)
     show_residency: bool = True
     first_run_done: bool = False
     api: ApiSwitchSettings = field(default_factory=ApiSwitchSettings)
@@ -65,9 +109,9 @@ class GuiSettings:
         self.engine = {k: v for k, v in s.to_dict().items() if default.get(k) != v}
 
 
-def _filled(cls: Any, data: Any) -> Any:
+def _filled(cls: Any, data: Any, base: Any = None) -> Any:
     """Build a dataclass from a dict, keeping only known keys whose type matches the default's."""
-    obj = cls()
+    obj = replace(base) if base is not None else cls()
     if not isinstance(data, dict):
         return obj
     for f in fields(cls):
@@ -94,7 +138,13 @@ def load_settings(path: Path) -> GuiSettings:
     except (OSError, ValueError) as exc:
         log.warning("%s unreadable (%s); starting with defaults", path, exc)
         return GuiSettings()
-    return _filled(GuiSettings, data)  # type: ignore[no-any-return]
+    if isinstance(data, dict) and "generation" not in data:  # files before GenerationDefaults
+        data["generation"] = {k: data[k] for k in ("reasoning_effort", "max_tokens", "temperature") if k in data}
+    s: GuiSettings = _filled(GuiSettings, data)
+    if s.generation.errors():
+        log.warning("stored generation defaults rejected (%s); using defaults", " ".join(s.generation.errors()))
+        s.generation = GenerationDefaults()
+    return s
 
 
 def save_settings(path: Path, s: GuiSettings) -> None:

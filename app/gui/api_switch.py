@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,15 @@ if TYPE_CHECKING:
     from engine.session import Engine
 
 log = logging.getLogger(__name__)
+
+
+def gui_message(exc: BaseException, port: int) -> str:
+    """The server's reason in the GUI's words (its messages give command-line advice)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, getattr(errno, "WSAEADDRINUSE", -1)):
+        return (f"Could not start: port {port} is in use by another program. Choose another port above "
+                "and turn the switch on again.")
+    text = str(exc).split(" Is another server using the port?")[0].replace(" Pick another with --port.", "")
+    return f"Could not start: {text}"
 
 
 class ApiSwitch(QObject):
@@ -49,7 +59,7 @@ class ApiSwitch(QObject):
             await server.start()
         except (OSError, ValueError) as exc:
             log.warning("API server did not start: %s", exc)
-            self.statusChanged.emit(f"Could not start: {exc}", "", "error")
+            self.statusChanged.emit(gui_message(exc, port), "", "error")
             self.runningChanged.emit(False)
             return False
         finally:

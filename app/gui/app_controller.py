@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,9 @@ class AppController(QObject):
         self.api = ApiSwitch(self)
         self.prefs_dialog: PreferencesDialog | None = None
         w = self.window
-        self.chat = ChatController(self.store, w.chat, w.sidebar, self._start_run, self._params,
-                                   forget_state=self.host.forget_state, default_effort=settings.reasoning_effort,
-                                   parent=self)
+        self.chat = ChatController(self.store, w.chat, w.sidebar, self._start_run, lambda: self.settings.generation,
+                                   forget_state=self.host.forget_state, parent=self,
+                                   context_size=self._context_size)
         self.chat.can_generate = self._can_generate
         self.chat.generationFinished.connect(self._generation_finished)
         self.chat.generationStarted.connect(self._generation_started)
@@ -154,9 +155,8 @@ class AppController(QObject):
         return self.host.load(model_dir, self.settings.engine_settings())
 
     # ---- generation -----------------------------------------------------------------------
-    def _params(self) -> GenerationParams:
-        s = self.settings
-        return GenerationParams(max_tokens=max(1, s.max_tokens), temperature=max(0.0, s.temperature))
+    def _context_size(self) -> int:
+        return 0 if self.settings.remote.enabled else self.settings.engine_settings().context
 
     def _start_run(self, cid: str, conv: Conversation, params: GenerationParams) -> Run:
         if self.settings.remote.enabled:
@@ -195,7 +195,7 @@ class AppController(QObject):
         self._host_state(self.host.state, self.host.detail)
 
     def _remember_effort(self, effort: str) -> None:
-        self.settings.reasoning_effort = effort
+        self.settings.generation = replace(self.settings.generation, reasoning_effort=effort)
         self.save()
 
     # ---- state display --------------------------------------------------------------------
@@ -242,8 +242,8 @@ class AppController(QObject):
         s = self.settings
         return PreferencesValues(model_dir=s.model_dir or (str(self.host.engine.info.model_dir)
                                                            if self.host.engine is not None else ""),
-                                 engine=s.engine_settings(), preset=s.preset, theme=s.theme, max_tokens=s.max_tokens,
-                                 temperature=s.temperature, remote_enabled=s.remote.enabled,
+                                 engine=s.engine_settings(), preset=s.preset, theme=s.theme,
+                                 generation=s.generation, remote_enabled=s.remote.enabled,
                                  remote_url=s.remote.base_url, remote_key=s.remote.api_key,
                                  remote_model=s.remote.model)
 
@@ -268,7 +268,7 @@ class AppController(QObject):
         loaded_dir = str(self.host.engine.info.model_dir) if self.host.engine is not None else ""
         s.model_dir = v.model_dir
         s.set_engine_settings(v.engine)
-        s.preset, s.max_tokens, s.temperature = v.preset, v.max_tokens, v.temperature
+        s.preset, s.generation = v.preset, v.generation
         theme_changed = s.theme != v.theme
         s.theme = v.theme
         s.remote.enabled, s.remote.base_url, s.remote.api_key, s.remote.model = (
@@ -352,16 +352,31 @@ class AppController(QObject):
             self.window.statusBar().showMessage(f"Exported to {path}", 5000)
 
     # ---- API switch -----------------------------------------------------------------------
-    def _api_toggled(self, v: ApiPanelValues) -> None:
+    def _api_toggled(self, v: ApiPanelValues, attempt: int = 0) -> None:
         a = self.settings.api
         a.enabled, a.port, a.api_key, a.cors_origins = v.enabled, v.port, v.api_key, v.cors_origins
         self.save()
         self.api.set_engine(self.host.engine)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # At startup the asyncio loop (qasync) is not running yet: a future created now would
+            # land on a loop that never runs ("Starting…" forever). Retry from the Qt loop, which
+            # first turns inside the running qasync loop.
+            if attempt >= 200:  # 10 s without an asyncio loop: say so rather than wait forever
+                self.window.api_panel.set_status("Could not start: the app's event loop is not running.", "", "error")
+                self.window.api_panel.set_switch(False)
+                return
+            if v.enabled:
+                self.window.api_panel.set_status("Starting…")
+            QTimer.singleShot(50 if attempt else 0, self,
+                              lambda: None if self._closed else self._api_toggled(v, attempt + 1))
+            return
         if v.enabled:
             self.window.api_panel.set_status("Starting…")
-            self.api_task = asyncio.ensure_future(self.api.start(v.port, v.api_key, a.origins(), a.host))
+            self.api_task = loop.create_task(self.api.start(v.port, v.api_key, a.origins(), a.host))
         else:
-            self.api_task = asyncio.ensure_future(self.api.stop())
+            self.api_task = loop.create_task(self.api.stop())
 
     # ---- persistence & shutdown -----------------------------------------------------------
     def save(self) -> None:

@@ -2,30 +2,47 @@
 
 The store is the source of truth: every user message and every answer is a node in the
 conversation's message tree; the view shows the path to the remembered leaf. A generation
-streams into one message widget (only that widget re-renders) and is written to the store
-once, when it ends (also when stopped).
+streams into one message widget (only that widget re-renders); the growing text is saved
+with one row update at most every SAVE_EVERY_S (so a crash keeps what was on screen), and the
+whole answer once more when it ends (also when stopped). Each conversation keeps its own chat
+controls (a GenerationDefaults: instructions, sampling, effort, length) and its unsent draft.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from app.core.conversation_store import ConversationStore
+from app.core.attachments import attach
+from app.core.conversation_store import ConversationRecord, ConversationStore
 from app.core.export import conversation_markdown
 from app.core.message_tree import MessageTree, StoredMessage
+from app.core.settings import GenerationDefaults
 from app.gui.engine_host import StateNote, how_to_fix
-from engine.types import Conversation, Done, GenerationParams, Progress, TextDelta, ToolCall, ToolCallEvent, Usage
+from engine.types import (
+    Conversation,
+    Done,
+    GenerationParams,
+    Message,
+    Progress,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    Usage,
+)
 from ui.chat_view import ChatView
 from ui.conversation_list import ConversationItem, ConversationList
 from ui.message_view import MessageViewModel
-from ui.qt import QObject, Signal
+from ui.qt import QObject, QTimer, Signal
 
 log = logging.getLogger(__name__)
 
 TITLE_CHARS = 48
+SAVE_EVERY_S = 0.5  # the streaming answer reaches the disk at least this often (issue 21: >= 1/s)
+DRAFT_SAVE_MS = 800
 
 
 class Run(Protocol):
@@ -56,6 +73,7 @@ class _Stream:
     state_note: str = ""  # how the K/V state was obtained; progress lines must not erase it
     stopped: bool = False
     deltas: int = 0  # text pieces received (about one per token for the local engine)
+    saved_at: float = 0.0  # monotonic time of the last streaming save
 
 
 def make_title(text: str) -> str:
@@ -98,15 +116,23 @@ class ChatController(QObject):
     conversationChanged = Signal(str)
 
     def __init__(self, store: ConversationStore, chat: ChatView, sidebar: ConversationList,
-                 start_run: StartFn, params: Callable[[], GenerationParams],
+                 start_run: StartFn, defaults: Callable[[], GenerationDefaults],
                  forget_state: Callable[[str], None] = lambda _cid: None,
-                 default_effort: str = "medium", parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, context_size: Callable[[], int] = lambda: 0) -> None:
         super().__init__(parent)
         self.store, self.chat, self.sidebar = store, chat, sidebar
         self._start_run = start_run
-        self._params = params
+        self._defaults = defaults  # the app's GenerationDefaults (Preferences) for new chats
+        self._context_size = context_size
         self._forget_state = forget_state
-        self.default_effort = default_effort
+        self.gen = defaults()  # the current conversation's chat controls
+        self.new_chat_draft = ""
+        self._draft_timer = QTimer(self)
+        self._draft_timer.setSingleShot(True)
+        self._draft_timer.timeout.connect(self.save_draft)
+        chat.composer.textChanged.connect(lambda: self._draft_timer.start(DRAFT_SAVE_MS))
+        chat.controls.changed.connect(self.set_generation)
+        chat.controls.attachRequested.connect(self.attach)
         self.current_id: str | None = None
         self.stream: _Stream | None = None
         self.last_done: Done | None = None
@@ -138,21 +164,88 @@ class ChatController(QObject):
     def new_conversation(self) -> None:
         """An empty chat; it is stored when the first message is sent."""
         self.chat.cancel_edit()
+        self.save_draft()
         self.current_id = None
         self.chat.set_title("New chat")
-        self.chat.set_effort(self.default_effort)
+        self._show_generation(self._defaults())
+        self._set_composer(self.new_chat_draft)
         self.chat.set_messages([])
         self.refresh_list()
         self.chat.composer.setFocus()
+
+    def generation_for(self, rec: ConversationRecord) -> GenerationDefaults:
+        """A conversation's chat controls: stored ones over the app's defaults (older rows kept only
+        the effort and the system prompt)."""
+        base = replace(self._defaults(), reasoning_effort=rec.reasoning_effort, system_prompt=rec.system_prompt)
+        return GenerationDefaults.from_dict(rec.generation, base) if rec.generation else base
+
+    def _show_generation(self, g: GenerationDefaults) -> None:
+        self.gen = g
+        self.chat.set_effort(g.reasoning_effort)
+        self.chat.controls.set_values(g)
+        self.update_context_meter()
+
+    def set_generation(self, g: GenerationDefaults) -> None:
+        """The chat controls changed: keep them with this conversation (or for the new chat)."""
+        g = replace(g, reasoning_effort=self.gen.reasoning_effort)
+        bad = g.errors()
+        if bad:
+            self.chat.set_can_send(self.chat._can_send, " ".join(bad))
+            return
+        self.gen = g
+        if self.current_id is not None:
+            self.store.set_generation(self.current_id, g.to_dict())
+
+    def _set_composer(self, text: str) -> None:
+        self.chat.composer.blockSignals(True)
+        self.chat.composer.setPlainText(text)
+        self.chat.composer.blockSignals(False)
+
+    def save_draft(self) -> None:
+        """The unsent text of the shown conversation, kept across restarts."""
+        self._draft_timer.stop()
+        if self.chat.editing_id is not None:
+            return  # an edit of an old message is not a draft
+        text = self.chat.composer.toPlainText()
+        if self.current_id is None:
+            self.new_chat_draft = text
+            return
+        try:
+            if self.store.conversation(self.current_id).draft != text:
+                self.store.set_draft(self.current_id, text)
+        except KeyError:  # the conversation was just deleted
+            pass
+
+    def attach(self, paths: list[str]) -> None:
+        """Files (or a folder's files) into the composer as fenced blocks, ahead of the question."""
+        res = attach(paths)
+        if res.text:
+            cur = self.chat.composer.toPlainText().rstrip()
+            self.chat.composer.setPlainText((cur + "\n\n" if cur else "") + res.text + "\n\n")
+            self.chat.composer.moveCursor(self.chat.composer.textCursor().MoveOperation.End)
+        self.chat.set_can_send(self.chat._can_send, res.summary())
+
+    def update_context_meter(self) -> None:
+        """Tokens this conversation holds (its last answer's prompt + answer) of the engine's context."""
+        used = 0
+        if self.current_id is not None:
+            for m in reversed(self.store.thread(self.current_id)):
+                u = m.meta.get("usage") if m.role == "assistant" else None
+                if u:
+                    used = int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
+                    break
+        self.chat.controls.set_context(used, self._context_size())
 
     def open_conversation(self, cid: str) -> None:
         if cid == self.current_id:
             return
         self.chat.cancel_edit()
+        self.save_draft()
         self.current_id = cid
         rec = self.store.conversation(cid)
         self.chat.set_title(rec.title)
-        self.chat.set_effort(rec.reasoning_effort)
+        self._show_generation(self.generation_for(rec))
+        self._set_composer(rec.draft)
         self.render_thread()
         self.refresh_list()
         self.conversationChanged.emit(cid)
@@ -180,9 +273,10 @@ class ChatController(QObject):
         return conversation_markdown(self.store.conversation(cid).title, self.store.thread(cid), self.backend_name)
 
     def set_effort(self, effort: str) -> None:
-        self.default_effort = effort
+        self.gen = replace(self.gen, reasoning_effort=effort)
+        self.chat.controls.set_effort(effort)
         if self.current_id is not None:
-            self.store.set_reasoning_effort(self.current_id, effort)
+            self.store.set_generation(self.current_id, self.gen.to_dict())
 
     # ---- view -----------------------------------------------------------------------------
     def _vm(self, m: StoredMessage, tree: MessageTree) -> MessageViewModel:
@@ -223,8 +317,11 @@ class ChatController(QObject):
             return False
         if self.current_id is None:
             title = make_title(text)
-            self.current_id = self.store.create_conversation(title, reasoning_effort=self.default_effort)
+            g = self.gen
+            self.current_id = self.store.create_conversation(title, reasoning_effort=g.reasoning_effort,
+                                                             system_prompt=g.system_prompt, generation=g.to_dict())
             self.chat.set_title(title)
+            self.new_chat_draft = ""
         cid = self.current_id
         if self.chat.editing_id is not None:
             parent = self.store.tree(cid).by_id[self.chat.editing_id].parent_id
@@ -233,7 +330,8 @@ class ChatController(QObject):
             thread = self.store.thread(cid)
             parent = thread[-1].id if thread else None
         user = self.store.add_message(cid, parent, "user", text)
-        self.chat.clear_composer()
+        self._set_composer("")
+        self.store.set_draft(cid, "")
         self.refresh_list()
         return self._answer(cid, user.id)
 
@@ -265,12 +363,13 @@ class ChatController(QObject):
         """Start an assistant answer as a new child of ``parent_id`` (a new branch if it has one)."""
         tree = self.store.tree(cid)
         history = tree.path_to(parent_id)
-        rec = self.store.conversation(cid)
-        conv = Conversation(messages=tuple(m.to_engine() for m in history),
-                            reasoning_effort=rec.reasoning_effort)  # type: ignore[arg-type]
+        g = self.generation_for(self.store.conversation(cid))
+        lead = (Message("system", g.system_prompt),) if g.system_prompt.strip() else ()
+        conv = Conversation(messages=lead + tuple(m.to_engine() for m in history),
+                            reasoning_effort=g.reasoning_effort)  # type: ignore[arg-type]
         answer = None
         try:
-            params = self._params()
+            params: GenerationParams = g.params()
             answer = self.store.add_message(cid, parent_id, "assistant", "", meta={"pending": True})
             run = self._start_run(cid, conv, params)
         except Exception as exc:
@@ -294,6 +393,7 @@ class ChatController(QObject):
 
     def save_interrupted(self) -> None:
         """The app is closing mid-answer: keep what was streamed so far, marked as interrupted."""
+        self.save_draft()
         s = self.stream
         if s is None:
             return
@@ -329,6 +429,10 @@ class ChatController(QObject):
                 s.note = f"{s.state_note} Processing the prompt: {ev.done}/{ev.total} tokens…".lstrip()
             else:
                 s.note = s.state_note
+        now = time.monotonic()
+        if isinstance(ev, TextDelta) and now - s.saved_at >= SAVE_EVERY_S:
+            s.saved_at = now
+            self.store.update_streaming(s.message_id, s.content, s.reasoning or None)
         w = self.chat.widget_for(s.message_id)
         if w is not None:
             if isinstance(ev, StateNote | Progress):
@@ -362,6 +466,10 @@ class ChatController(QObject):
         note = s.note
         if done.finish_reason == "cancelled" and not (s.content or s.reasoning):
             note = (note + " " if note else "") + "Stopped before any text was generated."
+        elif s.reasoning and not s.content and not s.tool_calls and not done.error:
+            note = (note + " " if note else "") + ("The model only reasoned and gave no answer"
+                                                   + (" before the token limit." if done.finish_reason == "length"
+                                                      else ".") + " Regenerate, or raise Max tokens.")
         if note:
             meta["note"] = note
         if done.error:
@@ -373,6 +481,7 @@ class ChatController(QObject):
         if s.conversation_id == self.current_id:
             self.render_thread()
         self.refresh_list()
+        self.update_context_meter()
         self.generationFinished.emit(done)
 
     def _on_failed(self, message: str, _tb: str) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,7 +52,8 @@ async def run_tour(c: AppController, out: Path, answer_tokens: int = 200) -> lis
     w = c.window
     w.resize(1440, 900)
     await wait_until(lambda: c.host.state in (READY, ERROR), 300, "the model to load")
-    c.settings.max_tokens = answer_tokens  # a short answer keeps the tour quick (not saved)
+    # a short answer keeps the tour quick (not saved)
+    c.settings.generation = replace(c.settings.generation, max_tokens=answer_tokens)
     c.chat.new_conversation()
     c.chat.send(SAMPLE)
     await wait_until(lambda: c.chat.stream is not None and len(c.chat.stream.content) > 40, 120,

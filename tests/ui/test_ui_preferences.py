@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.core.settings import GenerationDefaults
 from engine.plan import estimate
 from engine.settings import OPTIMIZED, EngineSettings
 from ui.preferences_dialog import PreferencesDialog, PreferencesValues
@@ -9,7 +10,7 @@ from ui.preferences_dialog import PreferencesDialog, PreferencesValues
 
 def _values(model_dir: str, engine: EngineSettings | None = None) -> PreferencesValues:
     return PreferencesValues(model_dir=model_dir, engine=engine or EngineSettings(), preset="default", theme="system",
-                             max_tokens=256, temperature=1.0, remote_enabled=False, remote_url="http://h:1/v1",
+                             generation=GenerationDefaults(max_tokens=256), remote_enabled=False, remote_url="http://h:1/v1",
                              remote_key="", remote_model="")
 
 

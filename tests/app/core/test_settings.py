@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from app.core.settings import GuiSettings, load_settings, save_settings
+from app.core.settings import GenerationDefaults, GuiSettings, load_settings, save_settings
 from engine.settings import OPTIMIZED, EngineSettings
 
 
@@ -30,7 +30,26 @@ def test_damaged_or_wrong_values_fall_back(tmp_path):
                              "unknown": 1, "engine": {"context": 8}}))
     t = load_settings(p)
     assert t.api.port == 8080 and t.api.enabled is True
-    assert t.temperature == 1.0 and isinstance(t.temperature, float)
-    assert t.max_tokens == GuiSettings().max_tokens  # a bool is not an int here
+    # a settings file from before GenerationDefaults: its top-level fields move into it
+    assert t.generation.temperature == 1.0 and isinstance(t.generation.temperature, float)
+    assert t.generation.max_tokens == GenerationDefaults().max_tokens  # a bool is not an int here
     assert t.engine_settings() == EngineSettings()  # context=8 is invalid -> defaults
     assert load_settings(tmp_path / "missing.json") == GuiSettings()
+
+
+def test_generation_defaults_roundtrip_validate_and_build_the_request(tmp_path):
+    p = tmp_path / "settings.json"
+    s = GuiSettings()
+    s.generation = GenerationDefaults("high", 512, 0.3, 0.9, 42, "Be brief.")
+    save_settings(p, s)
+    g = load_settings(p).generation
+    assert g == s.generation
+    params = g.params()
+    assert (params.max_tokens, params.temperature, params.top_p, params.seed) == (512, 0.3, 0.9, 42)
+    assert GenerationDefaults(seed=-1).params().seed is None
+    assert any("Top-p" in e for e in GenerationDefaults(top_p=0.0).errors())
+    assert any("Temperature" in e for e in GenerationDefaults(temperature=3.0).errors())
+    p.write_text(json.dumps({"generation": {"temperature": 9.0, "top_p": 0.5}}))
+    assert load_settings(p).generation == GenerationDefaults()  # out of range: all defaults, logged
+    assert GenerationDefaults.from_dict({"top_p": 0.5}, GenerationDefaults(seed=3)) == GenerationDefaults(seed=3,
+                                                                                                           top_p=0.5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,7 @@ def make_app(qtbot, tmp_path: Path, tiny_model: Path) -> Iterator[Callable[..., 
         paths = AppPaths.under(home or tmp_path / "home")
         settings = load_settings(paths.settings_file)
         settings.model_dir = str(kw.pop("model_dir", tiny_model) or "")
-        settings.max_tokens = max_tokens
-        settings.temperature = 1.0
+        settings.generation = replace(settings.generation, max_tokens=max_tokens, temperature=1.0)
         settings.set_engine_settings(settings.engine_settings().__class__(backend="cpu", dtype="float32",
                                                                           cpu_threads=1, context=2048))
         for k, v in kw.items():

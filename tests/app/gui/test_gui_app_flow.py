@@ -17,7 +17,7 @@ def _send(qtbot, c, text: str, timeout: int = 30000) -> Done:
 
 
 def test_send_message_streams_answer(qtbot, make_app):
-    from engine.types import GenerationParams
+    from dataclasses import replace
 
     c = make_app()
     seen: list[tuple[bool, str, str]] = []  # (streaming, content, reasoning) at each render of the answer
@@ -35,7 +35,7 @@ def test_send_message_streams_answer(qtbot, make_app):
     c.chat.generationStarted.connect(watch)
     for seed in range(8):  # a random-weight model can stop at once; take an answer of some length
         seen.clear()
-        c.chat._params = lambda seed=seed: GenerationParams(max_tokens=48, seed=seed)
+        c.chat.set_generation(replace(c.chat.gen, max_tokens=48, seed=seed))
         done = _send(qtbot, c, "Hello there")
         if done.usage.completion_tokens >= 24:
             break
@@ -58,13 +58,13 @@ def test_send_message_streams_answer(qtbot, make_app):
 
 
 def test_stop_with_escape(qtbot, make_app):
-    from engine.types import GenerationParams
+    from dataclasses import replace
 
     c = make_app(max_tokens=2000, show=True)
     c.window.activateWindow()
     # A random-weight model may end an answer by itself at once; try seeds until one runs long.
     for seed in range(8):
-        c.chat._params = lambda seed=seed: GenerationParams(max_tokens=2000, seed=seed)
+        c.chat.set_generation(replace(c.chat.gen, max_tokens=2000, seed=seed))
         c.window.chat.composer.setPlainText("Write a long story")
         with qtbot.waitSignal(c.chat.generationFinished, timeout=60000) as blocker:
             qtbot.keyClick(c.window.chat.composer, Qt.Key.Key_Return)
@@ -83,7 +83,7 @@ def test_stop_with_escape(qtbot, make_app):
     assert answer.meta["finish_reason"] == "cancelled" and "stopped" in c.window.chat.widgets[-1].footer_label.text()
     assert not c.chat.generating and c.window.chat.send_btn.isVisible()
     # the engine is usable again right away
-    c.chat._params = lambda: GenerationParams(max_tokens=4)
+    c.chat.set_generation(replace(c.chat.gen, max_tokens=4))
     assert _send(qtbot, c, "Next").finish_reason in ("length", "stop", "tool_calls")
 
 
@@ -208,13 +208,14 @@ def test_sidebar_new_search_rename_delete_and_effort(qtbot, make_app):
 
 
 def test_closing_mid_answer_keeps_partial_answer_marked_interrupted(qtbot, make_app, tmp_path):
+    from dataclasses import replace
+
     from app.core.conversation_store import ConversationStore
-    from engine.types import GenerationParams
 
     home = tmp_path / "home"
     c = make_app(home=home)
     for seed in range(8):  # a random-weight model may stop at once; find a seed that keeps going
-        c.chat._params = lambda seed=seed: GenerationParams(max_tokens=2000, seed=seed)
+        c.chat.set_generation(replace(c.chat.gen, max_tokens=2000, seed=seed))
         c.chat.send("Tell me everything")
         qtbot.waitUntil(lambda: c.chat.stream is None or c.chat.stream.deltas >= 3, timeout=30000)
         if c.chat.stream is not None:
