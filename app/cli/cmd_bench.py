@@ -83,6 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--tokens", type=int_list, default=[3000, 13000], help="prompt lengths (default 3000,13000)")
     q.add_argument("--check-tokens", type=int, default=8,
                    help="untimed greedy tokens after each prompt, for the token hash (default 8)")
+    q.add_argument("--followup", type=int, default=0,
+                   help="also time a follow-up of N new tokens after each prompt is held (default 0: off)")
     q.set_defaults(_bench_run=run_prompt)
 
     r = sub.add_parser("replay", help="replay saved chat requests against OpenAI-compatible servers (A B B A)",
@@ -196,7 +198,9 @@ def _run_engine_bench(args: argparse.Namespace, bench: str) -> int:
         torch.set_num_threads(args.torch_threads)
     try:
         settings = engine_settings(args)
+        t_load = time.perf_counter()
         engine = Engine.load(model_dir, settings)
+        load_s = time.perf_counter() - t_load
     except (CheckpointError, TokenizerError, SettingsError, ValueError, OSError) as exc:
         return fail(str(exc))
     try:
@@ -209,10 +213,13 @@ def _run_engine_bench(args: argparse.Namespace, bench: str) -> int:
             result = decode_bench(engine, tokens=args.tokens, depths=args.depth, temperatures=args.temperature,
                                   top_ps=args.top_p, **common)
         else:
-            bench_settings = {**common, "prompt_tokens": args.tokens, "check_tokens": args.check_tokens}
-            result = prompt_bench(engine, lengths=args.tokens, check_tokens=args.check_tokens, **common)
+            bench_settings = {**common, "prompt_tokens": args.tokens, "check_tokens": args.check_tokens,
+                              "followup": args.followup}
+            result = prompt_bench(engine, lengths=args.tokens, check_tokens=args.check_tokens,
+                                  followup=args.followup, **common)
         report = header(bench, engine, routing, args.routing, bench_settings)
         report.update(result)
+        report["load_s"] = load_s  # Engine.load: weights, kernels (Triton's disk cache), warm-up
         if warning:
             report["notes"].insert(0, warning)
     except ValueError as exc:

@@ -111,7 +111,7 @@ def _conversation_ids(model_dir: str) -> tuple[list[int], str]:
     tok, sp = load_tokenizer(model_dir)
     with REQUESTS_FILE.open(encoding="utf-8") as f:
         body = json.loads(f.readline())
-    conv = parse_chat_request(body, context_limit=1 << 30).conversation
+    conv = parse_chat_request(body, context_limit=1 << 30, vocab_size=tok.get_vocab_size()).conversation
     return render_conversation(replace(conv, current_date=FIXED_DATE), tok, sp), f"{REQUESTS_FILE.name} request 0"
 
 

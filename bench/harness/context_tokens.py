@@ -29,7 +29,7 @@ def _rendered_conversation(engine: Engine, path: Path) -> list[int]:
 
     with path.open(encoding="utf-8") as f:
         body = json.loads(f.readline())
-    req = parse_chat_request(body, context_limit=1 << 30)
+    req = parse_chat_request(body, context_limit=1 << 30, vocab_size=engine.config.vocab_size)
     return engine.render(replace(req.conversation, current_date=FIXED_DATE))
 
 

@@ -313,12 +313,27 @@ def _prompt_timed(engine: Engine, prompt: list[int], check_tokens: int) -> Promp
     return PromptRun(ttft, ids, hit, phases, source, split)
 
 
+def _followup_once(engine: Engine, prompt: list[int], extra: list[int]) -> tuple[float, dict[str, float]]:
+    """A follow-up: ``prompt`` is held (processed untimed), then ``extra`` new tokens arrive; the
+    time to its first token, as a conversation's next turn waits for it."""
+    with computing(engine):
+        engine.reset()
+        engine.prefill(prompt)
+        t0 = time.perf_counter()
+        logits, cached = engine.prefill(prompt + extra)
+        greedy(logits)
+        ttft = time.perf_counter() - t0
+    if cached != len(prompt):
+        raise RuntimeError(f"the follow-up reused {cached} of {len(prompt)} held tokens")
+    return ttft, prompt_split(engine)
+
+
 def run_prompt(engine: Engine, *, lengths: list[int], repeats: int, warmup: int, check_tokens: int = 8,
-               log: Log = _stderr) -> dict[str, Any]:
+               followup: int = 0, log: Log = _stderr) -> dict[str, Any]:
     if repeats < 1 or warmup < 0 or check_tokens < 0:
         raise ValueError("repeats must be >= 1, warmup and check tokens >= 0")
     limit = max_position(engine)
-    seq, source = context_tokens(engine, max(lengths))
+    seq, source = context_tokens(engine, max(lengths) + followup)
     results: list[dict[str, Any]] = []
     notes: list[str] = []
     for want in lengths:
@@ -336,12 +351,20 @@ def run_prompt(engine: Engine, *, lengths: list[int], repeats: int, warmup: int,
             log(f"  run {i + 1}: {r.ttft:.3f} s, {n / r.ttft:.1f} tok/s")
         hashes = [hash_ids(r.ids) for r in runs]
         hits = [r.hit_rate for r in runs if r.hit_rate is not None]
+        follow: dict[str, Any] = {}
+        if followup and n + followup < limit - 2:
+            times = [_followup_once(engine, prompt, seq[n : n + followup]) for _ in range(repeats)]
+            for i, (t, _) in enumerate(times):
+                log(f"  follow-up of {followup} tokens after {n}, run {i + 1}: {t:.3f} s")
+            follow = {"followup": {"tokens": followup, "after": n, "ttft_s": summarize([t for t, _ in times]),
+                                   "runs_s": [t for t, _ in times], "prompt_split": times[0][1]}}
         # the GPU prompt path reports its own split (seconds and counts) instead of ms per token
         split = runs[0].split
         results.append({
             "prompt_tokens": n,
             "prompt_tokens_requested": want,
             "ttft_s": summarize([r.ttft for r in runs]),
+            "runs_s": [r.ttft for r in runs],  # in order: with --warmup 0 the first is this process's first
             "tokens_per_s": summarize([n / r.ttft for r in runs]),
             "vram_hit_rate": summarize(hits) if hits else None,
             **({"prompt_split": median_of_dicts([r.split for r in runs])} if split
@@ -351,6 +374,7 @@ def run_prompt(engine: Engine, *, lengths: list[int], repeats: int, warmup: int,
             "token_ids_sha256": hashes[0],
             "repeats_identical": len(set(hashes)) == 1,
             "token_ids": runs[0].ids,
+            **follow,
         })
     return {"context_source": source, "results": results, "notes": notes,
             "token_ids_sha256": hash_ids([i for r in results for i in r["token_ids"]])}
