@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Time to first token on the GPU machine in one call (issue 16): what a user waits for before the
+# first token, cold and warm, short and long prompts and follow-ups, 36 layers, 12 GiB, 8 threads.
+# Usage (device tool, repo root, carry [".whl"]): bash bench/device/ttft.sh
+#   1. wheels + native kernel (env.sh); a 36-layer 120b-shape checkpoint (uniform routing) in /dev/shm
+#   2. first-ever: a fresh Triton cache, one 600-token prompt in a fresh process (compiles the kernels)
+#   3. auto split: 600 / 3,000 / 13,000-token prompts, 2 runs each + a 600-token follow-up of each
+#   4. fixed split (<= 16 pairs to the CPU, the old rule): the same lengths, 1 run + follow-up
+#   5. auto again in a fresh process (its first 600-token prompt: cold process, warm kernel cache)
+#   6. the prompt path against the fp32 reference at the 120b expert shape (2 layers), if time is left
+# Results in $OUT: *.json (neural bench prompt --json), ttft.log, table.md (printed last).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/neural-out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+left() { echo $(( ${BUDGET_S:-570} - ($(date +%s) - T0) )); }
+. bench/device/env.sh  # wheels, PYTHONPATH, native kernel
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node0"; free -g; } >"$OUT/machine.txt" 2>&1
+LAYERS=${LAYERS:-36}
+CK=/dev/shm/neural-ttft/uniform
+export NEURAL_CACHE_DIR=/tmp/neural-ttft-cache  # hot set + Triton cache: fresh for this call
+rm -rf "$NEURAL_CACHE_DIR"
+[ -f "$CK/SYNTHETIC.json" ] || python3 -m app.cli.main synth --preset 120b-shape --layers "$LAYERS" --seed 1 \
+  --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { echo "synth failed"; tail "$OUT/synth.txt"; exit 1; }
+echo "synth done at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/ttft.log"
+bench() {  # name, timeout, args...
+  local name=$1 t=$2; shift 2
+  local l; l=$(left)
+  [ "$l" -lt 40 ] && { echo "skip $name: ${l}s left" | tee -a "$OUT/ttft.log"; return; }
+  [ "$t" -gt "$l" ] && t=$l
+  echo "== $name ($(( $(date +%s) - T0 )) s)" | tee -a "$OUT/ttft.log"
+  timeout "$t" python3 -m app.cli.main bench prompt "$CK" --backend gpu --budget-gib 12 --threads 8 \
+    --warmup 0 --json "$@" >"$OUT/$name.json" 2>>"$OUT/ttft.log" || echo "$name exited $?" | tee -a "$OUT/ttft.log"
+}
+bench first-ever 120 --tokens 600 --repeats 1
+bench auto 200 --tokens 600,3000,13000 --repeats 2 --followup 600
+bench fixed 150 --tokens 600,3000,13000 --repeats 1 --followup 600 --set prompt_split=fixed
+bench auto-fresh 90 --tokens 600 --repeats 2
+if [ "$(left)" -gt 100 ]; then
+  echo "== check ($(( $(date +%s) - T0 )) s)" | tee -a "$OUT/ttft.log"
+  timeout $(( $(left) - 10 )) python3 -m bench.gpu.prompt_device run --out "$OUT/check" --layers 2 \
+    --stages env,synth,check --ckpt-dir /dev/shm/neural-check >>"$OUT/ttft.log" 2>&1 || echo "check exited $?"
+fi
+python3 -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
