@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DEMO_DIR = Path(__file__).resolve().parent.parent / "resources" / "demo-model"
+import resources
+
+DEMO_DIR = Path(resources.__file__).resolve().parent / "demo-model"  # the package's folder, in a checkout or a bundle
 DEMO_PRESET = "demo"
 DEMO_SEED = 20261129
 

@@ -20,6 +20,7 @@ left() { echo $(( ${BUDGET_S:-570} - ($(date +%s) - T0) )); }
 LAYERS=${LAYERS:-36}
 CK=/dev/shm/neural-ttft/uniform
 export NEURAL_CACHE_DIR=/tmp/neural-ttft-cache  # hot set + Triton cache: fresh for this call
+export NEURAL_O200K_DIR=$PWD/.o200k  # the real tokenizer, built here and carried (python -m engine.synth.o200k .o200k)
 rm -rf "$NEURAL_CACHE_DIR"
 [ -f "$CK/SYNTHETIC.json" ] || python3 -m app.cli.main synth --preset 120b-shape --layers "$LAYERS" --seed 1 \
   --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { echo "synth failed"; tail "$OUT/synth.txt"; exit 1; }

@@ -18,3 +18,10 @@ def test_configured_model_then_demo(tmp_path, monkeypatch):
     paths = AppPaths.default().ensure()
     save_settings(paths.settings_file, GuiSettings(model_dir=str(tmp_path / "gpt-oss-120b")))
     assert resolve_model_dir(None) == tmp_path / "gpt-oss-120b"
+
+
+def test_the_demo_is_the_shipped_trained_model_not_a_fallback() -> None:
+    # the trained demo carries DEMO.json; a random fallback would carry SYNTHETIC.json
+    from app.core.models import DEMO_DIR
+
+    assert (DEMO_DIR / "DEMO.json").is_file() and DEMO_DIR.parent.name == "resources", DEMO_DIR
