@@ -96,6 +96,15 @@ def check_gpu(g: GpuFacts, settings: EngineSettings) -> list[Check]:
         if not wants_gpu:
             out.append(Check("GPU", "info", f"backend is set to {settings.backend}: the GPU is not used",
                              "Set Backend to auto in Preferences to use the GPU."))
+        else:
+            import importlib.util
+            import sys
+
+            if importlib.util.find_spec("triton") is None:  # the GPU kernels are Triton kernels
+                pkg = "triton-windows==3.8.0.post29" if sys.platform == "win32" else "triton"
+                out.append(Check("GPU kernels", "fail", "Triton is not installed: the GPU kernels cannot be "
+                                 "compiled, so the app runs the CPU engine",
+                                 f"Reinstall Neural (the installer ships it), or `pip install {pkg}`."))
         return out
     if g.smi_gpus:  # the driver sees a card, PyTorch does not
         if not g.torch_cuda:

@@ -40,6 +40,8 @@ SWEEP = [
     {"gemm_m": 128, "gemm_p": 64, "gemm_n": 64, "gemm_k": 64, "gemm_warps": 8},
     {"gemm_m": 64, "gemm_p": 128, "gemm_n": 128, "gemm_k": 64, "gemm_warps": 8},
     {"gemm_m": 64, "gemm_p": 64, "gemm_n": 64, "gemm_k": 128, "gemm_warps": 8},
+    # consumer cards (sm_86/89/120): the first without spills there (engine/gpu/prefill/tiles.py)
+    {"gemm_m": 64, "gemm_p": 32, "gemm_n": 64, "gemm_k": 32, "gemm_warps": 4, "gemm_stages": 3},
 ]
 
 
@@ -60,8 +62,10 @@ def _resources(kernel: Any) -> dict[str, int]:
     return {"regs": int(fields["REG"]), "stack": int(fields["STACK"]), "shared": int(kernel.metadata.shared)}
 
 
-def compile_kernels(cfg: ModelConfig, tiles: PrefillTiles, arch: int = 90) -> list[dict[str, Any]]:
-    """Compile the three prompt kernels (attention full + sliding, gate_up, down) for ``arch``."""
+def compile_kernels(cfg: ModelConfig, tiles: PrefillTiles, arch: int = 90,
+                    only: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Compile the three prompt kernels (attention full + sliding, gate_up, down) for ``arch``
+    (``only``: just the kernels of those names)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("unset TRITON_INTERPRET to compile for a GPU")
     import triton
@@ -77,6 +81,8 @@ def compile_kernels(cfg: ModelConfig, tiles: PrefillTiles, arch: int = 90) -> li
     report = []
 
     def build(name: str, fn: Any, sig: dict[str, str], consts: dict[str, Any], warps: int, stages: int) -> None:
+        if only is not None and name not in only:
+            return
         full_sig = dict(sig) | {k: "constexpr" for k in consts}
         k = triton.compile(ASTSource(fn, full_sig, consts), target=target,
                            options={"num_warps": warps, "num_stages": stages})

@@ -14,6 +14,7 @@ import torch
 from ..config import MXFP4_BLOCK, ModelConfig
 from .kernels import attention, dense, experts, tail
 from .layout import ExpertLayout
+from .prefill.tiles import DeviceLimits
 
 
 def pow2(n: int) -> int:
@@ -39,7 +40,8 @@ class Tiles:
     warps: int = 4
 
     @classmethod
-    def for_config(cls, cfg: ModelConfig, interpret: bool = False) -> Tiles:
+    def for_config(cls, cfg: ModelConfig, interpret: bool = False, limits: DeviceLimits | None = None) -> Tiles:
+        """``limits``: the device's (default: the current CUDA device's, read at run time)."""
         if interpret:
             # few, large programs: the interpreter's cost is per program, not per element
             h = pow2(cfg.hidden_size)
@@ -50,6 +52,11 @@ class Tiles:
                        mx_groups=pow2(max(cfg.hidden_size, cfg.intermediate_size) // MXFP4_BLOCK),
                        lm_rows=min(pow2(cfg.vocab_size), 1024), lm_k_block=min(h, 1024), pick_block=64,
                        combine_block=h, warps=4)
+        limits = limits or DeviceLimits.current()
+        if limits is not None and limits.family() != 90:
+            # consumer ptxas (sm_86/89/120): lm_head spills at a 256 reduction step (416 B of stack
+            # on sm_86), none at 64 (bench/gpu/aot_check.py, docs/perf-gpu.md); sm_90 keeps its timed tiles
+            return cls(lm_k_block=64)
         return cls()
 
 

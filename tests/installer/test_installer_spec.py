@@ -1,10 +1,16 @@
 """installer/neural.spec, executed with recording stand-ins for PyInstaller's build steps: what
 the bundle would contain (demo model, native kernel, harmony and every subcommand) and which
-executables it would make. The real build runs in CI (installer/build_linux.sh)."""
+executables it would make. The real build runs in CI (installer/build_linux.sh).
+
+collect_submodules imports every package of the project in a subprocess (about a minute each
+time on the 2-core CI machine); the spec is executed several times here, so one real walk per
+package is shared by all of them (the spec's name filters are applied to its result)."""
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +47,24 @@ class Recorder:
         return [(a, k) for n, a, k in self.calls if n == name]
 
 
+from PyInstaller.utils.hooks import collect_submodules as _collect_submodules  # noqa: E402
+
+
+@functools.cache
+def _all_submodules(package: str) -> tuple[str, ...]:
+    return tuple(_collect_submodules(package))
+
+
+def shared_collect_submodules(package: str, filter: Callable[[str], bool] | None = None) -> list[str]:
+    # PyInstaller stops descending where the filter says no; for the spec's prefix filters that
+    # equals filtering the full list afterwards.
+    return [n for n in _all_submodules(package) if filter is None or filter(n)]
+
+
 def run_spec(monkeypatch: pytest.MonkeyPatch, platform: str | None = None, **env: str) -> Recorder:
+    import PyInstaller.utils.hooks as hooks
+
+    monkeypatch.setattr(hooks, "collect_submodules", shared_collect_submodules)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     if platform:
@@ -104,8 +127,22 @@ def test_triton_kernels_ship_as_source_when_triton_is_bundled(linux_build):
     a = analysis(linux_build)
     if "triton" in a["excludes"]:
         pytest.skip("triton not installed here")
-    assert a["module_collection_mode"] == {"engine.gpu.kernels": "pyz+py"}  # triton's JIT reads the source
+    # triton's JIT reads the source: decode and prompt kernels alike
+    assert a["module_collection_mode"] == {"engine.gpu.kernels": "pyz+py", "engine.gpu.prefill.kernels": "pyz+py"}
     assert any(dest.startswith("include/python") for _, dest in a["datas"])  # headers for its launcher
+    hidden = set(a["hiddenimports"])
+    assert {"engine.gpu.prefill.kernels.moe_gemm", "engine.gpu.prefill.kernels.attention",
+            "engine.gpu.kernels.dense"} <= hidden
+
+
+def test_every_triton_kernel_module_is_in_a_collected_source_package(linux_build):
+    """A new kernel package outside KERNEL_PACKAGES would ship without its source."""
+    pkgs = linux_build.namespace["KERNEL_PACKAGES"]
+    with_kernels = [".".join(path.relative_to(ROOT).with_suffix("").parts) for path in (ROOT / "engine").rglob("*.py")
+                    if "@triton.jit" in path.read_text(encoding="utf-8")]
+    assert "engine.gpu.prefill.kernels.moe_gemm" in with_kernels
+    for name in with_kernels:
+        assert name.startswith(pkgs), f"{name} has Triton kernels outside {pkgs}"
 
 
 def test_unused_qt_and_test_tools_are_excluded(linux_build):
@@ -119,7 +156,7 @@ def test_without_triton_the_gpu_kernels_and_triton_stay_out(monkeypatch):
     rec = run_spec(monkeypatch, NEURAL_BUNDLE_TRITON="0")
     a = analysis(rec)
     assert "triton" in a["excludes"]
-    assert not any(m.startswith("engine.gpu.kernels") for m in a["hiddenimports"])
+    assert not any(m.startswith(("engine.gpu.kernels", "engine.gpu.prefill.kernels")) for m in a["hiddenimports"])
     assert a["module_collection_mode"] == {}
 
 
@@ -135,9 +172,16 @@ def test_drop_list_keeps_what_runs_and_drops_what_never_does(linux_build):
         assert not keep((dest, "src", "DATA")), dest
 
 
-def test_windows_build_adds_a_windowed_app_and_leaves_triton_out(monkeypatch):
+def test_windows_build_adds_a_windowed_app_and_ships_triton_windows(monkeypatch):
+    pytest.importorskip("triton")  # stands in for triton-windows here
     rec = run_spec(monkeypatch, platform="win32")
     exes = {kw["name"]: kw for _, kw in rec.of("EXE")}
     assert exes["neural"]["console"] is True
     assert exes["NeuralApp"]["console"] is False  # the shortcuts' target: no console window
-    assert "triton" in analysis(rec)["excludes"]
+    a = analysis(rec)
+    assert "triton" not in a["excludes"]  # the GPU engine by default
+    assert set(a["module_collection_mode"]) == {"engine.gpu.kernels", "engine.gpu.prefill.kernels"}
+    dests = {dest for _, dest in a["datas"]}
+    # triton-windows builds its launcher with TinyCC against Python's headers and import library
+    assert {"Include", "triton/runtime/tcc"} <= dests
+    assert not any(d.startswith("include/python") for d in dests)  # the Linux layout stays Linux-only
