@@ -8,15 +8,19 @@ the k; interleaved gate/up, clamp, alpha, (up + 1); down bias before the routing
 Runs in float32 (for checking) or bfloat16 (as the model runs). The K/V cache keeps every
 position for every layer; the window is applied by the mask, as in the references.
 
-Speed without changing the math: on the CPU, bf16 products run as fp32 GEMMs rounded once to
-bf16 (what a bf16 GEMM with fp32 accumulation computes; PyTorch's own bf16 CPU GEMM is ~10x
-slower without AVX512-BF16), GQA shares each K/V head with its query group instead of copying
-it, and a query block of a sliding layer only multiplies the keys its window can reach (the
-others are masked to exactly zero weight anyway). Only the fp32 summation order differs.
+Attention is computed in fp32 from the activation-dtype q/k/v and rounded once at its output,
+as the GPU kernels do (engine/gpu/prefill/kernels/attention.py): fp32 scores, the sink as one
+more logit, unnormalised weights rounded to the activation dtype before P.V, the division last.
+That is HF's eager attention less its intermediate bf16 roundings of scores and probabilities
+(closer to fp32, not further). For speed: bf16 products on the CPU run as fp32 GEMMs rounded once
+(what a bf16 GEMM with fp32 accumulation computes; PyTorch's own bf16 CPU GEMM is ~10x slower
+without AVX512-BF16), GQA shares each K/V head with its query group instead of copying it, and
+a query block of a sliding layer only multiplies the keys its window can reach.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoint import Checkpoint, bf16_bits_to_tensor
-from .config import ModelConfig, yarn_inv_freq
+from .config import ModelConfig
 from .expert_cache import DequantizedExperts
 
 Check = Callable[[], None]  # raises engine.types.PromptCancelled when the prompt is stopped
@@ -61,6 +65,43 @@ def rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
     t = x.float()
     t = t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps)
     return (gain.float() * t).to(x.dtype)
+
+
+def yarn_inv_freq(cfg: ModelConfig) -> tuple[list[float], float]:
+    """Per-pair inverse frequencies and the attention concentration (YaRN mscale).
+
+    The arithmetic of the openai reference and transformers (``_compute_yarn_parameters``):
+    ``base ** (arange(0, d, 2) / d)``, both inverse frequencies, the ramp and the blend in
+    float32; the correction range and the concentration in Python floats. (Computing in float64
+    and rounding once gives 7 of the 32 values 1 ulp apart, enough to move cos/sin by 6.6e-4 at
+    128k positions.) Returned as Python floats, each exactly a float32, so the reference, the
+    Triton core and tests share one definition; callers build fp32 tensors from them. It lives
+    here, not in engine/config.py, because it needs torch's float32 arithmetic (NumPy's pow
+    differs in the last ulp) and the config must stay importable without torch (the ui).
+    """
+    d = cfg.head_dim
+    base = cfg.rope_theta
+    rs = cfg.rope_scaling
+    pos_freqs = base ** (torch.arange(0, d, 2).to(dtype=torch.float32) / d)
+    if rs.rope_type != "yarn" or rs.factor == 1.0:
+        return (1.0 / pos_freqs).tolist(), 1.0
+    orig = rs.original_max_position_embeddings
+
+    def dim_for(rot: float) -> float:
+        return d * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dim_for(rs.beta_fast), dim_for(rs.beta_slow)
+    if rs.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    extrapolation = 1.0 / pos_freqs
+    interpolation = 1.0 / (rs.factor * pos_freqs)
+    ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolation_factor = 1 - ramp
+    inv = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
+    return inv.tolist(), 0.1 * math.log(rs.factor) + 1.0
 
 
 def rope_cos_sin(cfg: ModelConfig, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,31 +190,41 @@ class ReferenceModel:
         v_all = torch.cat((cache.values[layer], v.transpose(0, 1)), dim=1)
         cache.keys[layer], cache.values[layer] = k_all, v_all
         kvh, g, D = cfg.num_key_value_heads, cfg.gqa_group, cfg.head_dim
-        qh = q.transpose(0, 1)  # [heads, T, D]; head h reads K/V head h // g
+        # fp32 inside (exact products of the bf16 values, fp32 sums), as the GPU kernels compute;
+        # head h reads K/V head h // g: each query group shares its K/V head, nothing is copied
+        qf = q.transpose(0, 1).float()  # [heads, T, D]
+        kf, vf = k_all.float(), v_all.float()
         window = cfg.sliding_window if cfg.is_sliding(layer) else 0
-        sinks = self.w(p + "sinks").view(-1, 1, 1)
+        sink = self.w(p + "sinks").float().view(kvh, g, 1)
         step = block if block > 0 else T
         outs = []
         for s in range(0, T, step):
             if check is not None and s:
                 check()
-            pos = positions[s : s + step]
-            n = pos.shape[0]
-            lo = max(0, int(pos[0]) - window + 1) if window else 0
-            hi = int(pos[-1]) + 1
-            kpos = torch.arange(lo, hi)
-            allowed = kpos[None, :] <= pos[:, None]
-            if window:
-                allowed &= kpos[None, :] > pos[:, None] - window
-            qb = qh[:, s : s + n].reshape(kvh, g * n, D)
-            scores = matmul(qb, k_all[:, lo:hi].transpose(1, 2)).view(-1, n, hi - lo) * (D ** -0.5)  # [heads, n, S']
-            scores = scores.masked_fill(~allowed[None], float("-inf"))
-            logits = torch.cat((scores, sinks.expand(-1, n, 1)), dim=-1)
-            logits = logits - logits.max(dim=-1, keepdim=True).values
-            probs = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]
-            out = matmul(probs.reshape(kvh, g * n, hi - lo), v_all[:, lo:hi]).view(-1, n, D)
-            outs.append(out.transpose(0, 1).reshape(n, -1))  # [n, heads*D]
-        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+            n = min(step, T - s)
+            p0 = int(positions[s])
+            lo = max(0, p0 - window + 1) if window else 0  # older keys are outside every row's window
+            S = p0 + n - lo
+            sc = torch.matmul(qf[:, s : s + n].reshape(kvh, g * n, D), kf[:, lo : lo + S].transpose(1, 2))
+            sc = sc.mul_(D ** -0.5).view(kvh, g, n, S)
+            if window:  # row i sees keys (p0 + i - window, p0 + i]
+                kpos = torch.arange(lo, lo + S)
+                qpos = torch.arange(p0, p0 + n)
+                hidden = (kpos[None, :] > qpos[:, None]) | (kpos[None, :] <= qpos[:, None] - window)
+                sc.masked_fill_(hidden, float("-inf"))
+            else:  # every row sees all keys before the block and the block up to itself
+                sc[..., S - n :].masked_fill_(torch.ones(n, n, dtype=torch.bool).triu_(1), float("-inf"))
+            # softmax with the sink as one more logit: the max includes it, the sum counts it,
+            # the weights stay unnormalised (rounded to the activation dtype as in the GPU
+            # kernels) through P.V, and the division comes last, on [n, D] instead of [n, S]
+            m = torch.maximum(sc.amax(-1), sink)
+            e = sc.sub_(m[..., None]).exp_()
+            denom = e.sum(-1) + torch.exp(sink - m)
+            pe = e.to(self.dtype).float() if self.dtype != torch.float32 else e
+            o = torch.matmul(pe.view(kvh, g * n, S), vf[:, lo : lo + S]).view(kvh, g, n, D)
+            o = o.div_(denom[..., None]).view(kvh * g, n, D)
+            outs.append(o.transpose(0, 1).reshape(n, -1))  # [n, heads*D]
+        out = (outs[0] if len(outs) == 1 else torch.cat(outs)).to(self.dtype)
         return linear(out, self.w(p + "o_proj.weight"), self.w(p + "o_proj.bias"))
 
     def route(self, layer: int, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -105,21 +105,26 @@ class CpuExperts:
         routing order, which reproduces forward_token bit for bit. ``check`` runs before each
         expert's groups (a stop point for long prompts)."""
         t_count, k = ids.shape
-        x = np.ascontiguousarray(x, np.float32)
-        w = np.ascontiguousarray(weights, np.float32)
-        contrib = np.empty((t_count, k, self.cfg.hidden_size), np.float32)
+        h = self.cfg.hidden_size
         flat = ids.reshape(-1)
-        for e in np.unique(flat).tolist():
+        # one stable sort by expert and one gather: each expert's tokens are then a contiguous run
+        # of rows that the kernel reads and writes in place (no per-group copies)
+        order = np.argsort(flat, kind="stable")
+        x_sorted = np.ascontiguousarray(x, np.float32)[order // k]
+        w_sorted = np.ascontiguousarray(weights, np.float32).reshape(-1)[order]
+        out_sorted = np.empty((t_count * k, h), np.float32)
+        experts, starts = np.unique(flat[order], return_index=True)
+        ends = [*starts[1:].tolist(), t_count * k]
+        for e, a, b in zip(experts.tolist(), starts.tolist(), ends, strict=True):
             if check is not None:
                 check()
-            where = np.flatnonzero(flat == e)
-            for s in range(0, len(where), MAX_TOKENS):
-                sel = where[s : s + MAX_TOKENS]
-                tok, slot = sel // k, sel % k
-                out = np.empty((len(sel), self.cfg.hidden_size), np.float32)
-                self.kernel.expert_tokens(self.shape, self.ref(layer, e), np.ascontiguousarray(x[tok]),
-                                          np.ascontiguousarray(w[tok, slot]), out)
-                contrib[tok, slot] = out
+            ref = self.ref(layer, e)
+            for s in range(a, b, MAX_TOKENS):
+                t = min(s + MAX_TOKENS, b)
+                self.kernel.expert_tokens(self.shape, ref, x_sorted[s:t], w_sorted[s:t], out_sorted[s:t])
+        contrib = np.empty((t_count * k, h), np.float32)
+        contrib[order] = out_sorted
+        contrib = contrib.reshape(t_count, k, h)
         acc = contrib[:, 0].copy()
         for j in range(1, k):
             acc = acc + contrib[:, j]

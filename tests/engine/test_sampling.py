@@ -122,7 +122,7 @@ def test_penalties_and_bias_match_their_definitions() -> None:
         assert s(row) == t
     counts = torch.zeros(V, dtype=torch.long)
     for _ in range(N):
-        counts[s._sample(s.penalties.apply(logits))] += 1  # the same history for every draw
+        counts[s._sample(s.penalties.apply(logits, True), True)] += 1  # the same history for every draw
     ref = reference(logits, prompt=prompt, output=forced, **kw)  # type: ignore[arg-type]
     assert chi_square_p(counts, ref) > P_MIN
 
@@ -156,18 +156,20 @@ def test_each_new_parameter_changes_the_draws_as_defined() -> None:
 
 
 def test_same_seed_same_tokens_whatever_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Host threshold candidates, the device path's torch.topk candidates, tiny candidate lists
-    (mostly the full sort) and every token a candidate: one seed, one token sequence."""
+    """Host (numpy) and device (torch: topk candidates, id-order scan, full sort, penalties) code,
+    tiny candidate lists (mostly the full sort) and every token a candidate: one seed, one
+    token sequence."""
     logits = lm_logits(14)
-    for kw in CASES.values():
+    penalties = dict(logit_bias=((3, 2.0), (int(logits.argmax()), -1.0)), repetition_penalty=1.3,
+                     presence_penalty=0.7, frequency_penalty=0.4, prompt=(1, 2, 3))
+    for kw in [*CASES.values(), {**CASES["T=0.7 top_p=0.9"], **penalties}, {"temperature": 0.0, **penalties}]:
         a = Sampler(seed=9, **kw)  # type: ignore[arg-type]
         seq = [a(logits) for _ in range(40)]
         for preselect, device in ((256, True), (8, False), (8, True), (V, False)):
             with monkeypatch.context() as m:
                 m.setattr(sampling, "PRESELECT", preselect)
-                if device:
-                    m.setattr(sampling, "_candidates_host", sampling._candidates_device)
                 b = Sampler(seed=9, **kw)  # type: ignore[arg-type]
+                b.host_math = not device
                 assert [b(logits) for _ in range(40)] == seq, (kw, preselect, device)
     s1, s2, s3 = Sampler(seed=7), Sampler(seed=7), Sampler(seed=8)
     seq1 = [s1(logits) for _ in range(50)]
@@ -226,3 +228,25 @@ def test_stop_matcher_holds_back_prefixes() -> None:
     assert out == "abc " and m.hit
     m2 = StopMatcher(("END",))
     assert m2.push("abc EN") + m2.push("x") + m2.flush() == "abc ENx" and not m2.hit
+
+
+def test_flat_logits_skip_the_candidate_attempt_for_a_while() -> None:
+    flat = lm_logits(17, spread=0.05, peaks=0)  # top-p 0.9 keeps ~90% of the tokens: the full sort
+    peaked = lm_logits(17)
+    s = Sampler(seed=4, top_p=0.9)
+    s(flat)
+    assert s.fallbacks == 1
+    for _ in range(sampling.SKIP_AFTER_FALLBACK):
+        s(peaked)  # straight to the full sort
+    assert s.fallbacks == 1 + sampling.SKIP_AFTER_FALLBACK
+    s(peaked)  # candidates again: this one ends inside them
+    assert s.fallbacks == 1 + sampling.SKIP_AFTER_FALLBACK
+
+
+def test_descending_order_is_a_stable_sort() -> None:
+    x = torch.tensor([0.5, -0.0, 2.0, 0.0, 2.0, -3.0, float("-inf"), 0.5, -1e-30, 1e30])
+    want = torch.sort(x, descending=True, stable=True).indices.numpy()
+    assert sampling._descending_order(x.numpy()).tolist() == want.tolist()
+    y = lm_logits(18).numpy().round(1)  # many ties
+    assert sampling._descending_order(y).tolist() == torch.sort(torch.from_numpy(y), descending=True,
+                                                                  stable=True).indices.tolist()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Neural's CPU prompt against llama.cpp's CPU build on the same model shape, mirrored (A B B A).
+#
+#   bench/peer/prompt_vs_llama_cpp.sh [WORKDIR] [THREADS] [TOKENS]
+#
+# WORKDIR (default /tmp/neural-peer) gets: the llama.cpp build (build_llama_cpp.sh), a synthetic
+# 4-layer gpt-oss-120b-shape checkpoint with vocab 8192 (neural synth --fast: random MXFP4 bytes,
+# same bytes per expert as the real model), its GGUF written by llama.cpp's own converter
+# (convert_synth_gguf.py), then llama-bench pp$TOKENS and `neural bench prompt --tokens $TOKENS`
+# in the order llama, neural, neural, llama, each a fresh process with one warm-up run.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+WORK=${1:-/tmp/neural-peer}
+THREADS=${2:-2}
+TOKENS=${3:-512}
+PY=${PY:-$REPO/.venv/bin/python}
+NEURAL=${NEURAL:-$REPO/.venv/bin/neural}
+CKPT=$WORK/synth-120b-shape-4l
+GGUF=$WORK/synth-120b-shape-4l.gguf
+
+[ -x "$WORK/build/bin/llama-bench" ] || PY=$PY "$HERE/build_llama_cpp.sh" "$WORK"
+[ -f "$CKPT/config.json" ] || "$NEURAL" synth --preset 120b-shape --layers 4 --vocab 8192 --fast --out "$CKPT"
+[ -f "$GGUF" ] || "$PY" "$HERE/convert_synth_gguf.py" "$WORK/src/vendor/llama.cpp" "$CKPT" "$GGUF"
+
+llama() {
+  echo "== llama.cpp pp$TOKENS, $THREADS threads"
+  "$WORK/build/bin/llama-bench" -m "$GGUF" -p "$TOKENS" -n 0 -t "$THREADS" -r 2 -o md
+}
+neural() {
+  echo "== neural CPU prompt $TOKENS, $THREADS threads"
+  "$NEURAL" bench prompt "$CKPT" --backend cpu --threads "$THREADS" --torch-threads "$THREADS" \
+    --tokens "$TOKENS" --repeats 2 --warmup 1 --check-tokens 0
+}
+date -u
+uptime  # the load: on a shared machine say it next to the figures
+llama; neural; neural; llama
+uptime
