@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from ui.qt import QDialog, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from collections.abc import Callable
+
+from ui.qt import QDialog, QFileDialog, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 DEMO, FOLDER, LATER = "demo", "folder", "later"  # LATER: closed without choosing
 
 
 class FirstRunDialog(QDialog):
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, validate: Callable[[str], str] | None = None) -> None:
+        """``validate(folder)``: why the folder is not a usable model ("" when it is)."""
         super().__init__(parent)
+        self._validate = validate
         self.setWindowTitle("Welcome to Neural")
         self.setMinimumSize(560, 260)
         self.choice = LATER
@@ -39,6 +43,13 @@ class FirstRunDialog(QDialog):
         row.addWidget(folder)
         row.addStretch(1)
         lay.addLayout(row)
+        self.error = QLabel()
+        self.error.setObjectName("error")
+        self.error.setWordWrap(True)
+        # a long path must wrap inside the dialog, never widen it
+        self.error.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.error.setVisible(False)
+        lay.addWidget(self.error)
 
     def _demo(self) -> None:
         self.choice = DEMO
@@ -47,5 +58,16 @@ class FirstRunDialog(QDialog):
     def _folder(self) -> None:
         d = QFileDialog.getExistingDirectory(self, "Choose a gpt-oss model folder")
         if d:
-            self.choice, self.folder = FOLDER, d
-            self.accept()
+            self.choose_folder(d)
+
+    def choose_folder(self, d: str) -> bool:
+        """Accept ``d`` if it is a usable model folder; else say why and stay open."""
+        why = self._validate(d) if self._validate is not None else ""
+        if why:
+            self.error.setText(f"That folder cannot be used: {why} The demo model stays loaded; choose another "
+                               "folder, or continue with the demo.")
+            self.error.setVisible(True)
+            return False
+        self.choice, self.folder = FOLDER, d
+        self.accept()
+        return True

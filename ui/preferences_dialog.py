@@ -33,14 +33,19 @@ from ui.qt import (
     QPushButton,
     QSpinBox,
     QTabWidget,
+    QValidator,
     QVBoxLayout,
     QWidget,
     Signal,
 )
 
 PRESETS: dict[str, EngineSettings] = {"default": EngineSettings(), "optimized": OPTIMIZED}
-PRESET_TITLES = {"default": "Default", "optimized": "Optimized (design doc: --kv-ring 256 --scratch 6 --pool 6.05)",
+PRESET_TITLES = {"default": "Default",
+                 "optimized": "Optimized (design doc profile: K/V ring 256, 6 scratch slots, 6.05 GiB pool)",
                  "custom": "Custom"}
+# what a spin box may hold while typing: wide, so an out-of-range value is refused with a reason
+# (naming the field and this machine's figure) instead of being clipped or reverted silently
+TYPING_MAX = 10**7
 
 
 @dataclass
@@ -90,6 +95,24 @@ ENGINE_FIELDS: list[tuple[str, str, str, str, float, float, float]] = [
     ("context", "Context length (tokens)", "Longest conversation the engine holds; the K/V cache grows with it.",
      "int", 16, 131072, 1),
 ]
+
+
+def validate_model_dir(text: str) -> tuple[ModelConfig | None, str]:
+    """The model folder's config, or None and why it is not a usable gpt-oss checkpoint."""
+    if not text:
+        return None, "Choose the folder of gpt-oss-120b or gpt-oss-20b (or the demo model)."
+    p = Path(text).expanduser()
+    if not p.is_dir():
+        return None, f"{p} is not a folder."
+    try:
+        cfg = ModelConfig.load(p)
+    except ConfigError as exc:
+        return None, str(exc)
+    if not (p / "tokenizer.json").is_file():
+        return None, f"{p}: tokenizer.json is missing."
+    if not any(p.glob("*.safetensors")):
+        return None, f"{p}: no .safetensors weights found."
+    return cfg, ""
 
 
 class PreferencesDialog(QDialog):
@@ -153,7 +176,13 @@ class PreferencesDialog(QDialog):
         for key in ("default", "optimized", "custom"):
             self.preset.addItem(PRESET_TITLES[key], key)
         self.preset.currentIndexChanged.connect(self._preset_chosen)
-        form.addRow("Preset", self.preset)
+        preset_row = QHBoxLayout()
+        preset_row.addWidget(self.preset, 1)
+        reset = QPushButton("Restore defaults")
+        reset.setToolTip("Every engine setting back to its default (backend, threads, context, RAM and GPU)")
+        reset.clicked.connect(self.restore_defaults)
+        preset_row.addWidget(reset)
+        form.addRow("Preset", preset_row)
         self.backend = QComboBox()
         for key, title in (("auto", "Auto (GPU if available)"), ("gpu", "GPU hybrid"), ("cpu", "CPU only"),
                            ("reference", "PyTorch reference (slow, exact)")):
@@ -161,16 +190,18 @@ class PreferencesDialog(QDialog):
         self.backend.currentIndexChanged.connect(self._field_changed)
         form.addRow("Backend", self.backend)
         self.fields: dict[str, QSpinBox | QDoubleSpinBox] = {}
-        for name, label, help_text, kind, lo, hi, step in ENGINE_FIELDS:
+        for name, label, help_text, kind, lo, _hi, step in ENGINE_FIELDS:
             w: QSpinBox | QDoubleSpinBox
             if kind == "int":
                 w = QSpinBox()
-                w.setRange(int(lo), int(hi))
+                w.setRange(int(lo), TYPING_MAX)
             else:
                 w = QDoubleSpinBox()
                 w.setDecimals(int(step))
-                w.setRange(lo, hi)
+                w.setRange(lo, TYPING_MAX)
                 w.setSingleStep(0.05 if step >= 2 else 1.0)
+            w.setKeyboardTracking(True)
+            w.lineEdit().textChanged.connect(self._field_changed)  # also for text below the minimum
             w.setObjectName(name)
             w.setMinimumWidth(130)
             if name in SPECIAL_MIN:
@@ -305,6 +336,28 @@ class PreferencesDialog(QDialog):
                                   temperature=round(self.temperature.value(), 2), top_p=round(self.top_p.value(), 2),
                                   seed=self.seed.value(), system_prompt=self.system_prompt.toPlainText())
 
+    def restore_defaults(self) -> None:
+        self._load_engine(EngineSettings())
+        self._select_preset("default")
+        self._revalidate()
+
+    def field_errors(self) -> list[str]:
+        """Values typed outside a field's range, named by the field's label."""
+        out = []
+        for name, label, _h, _k, lo, hi, _s in ENGINE_FIELDS:
+            w = self.fields[name]
+            text = w.text().strip()
+            if text and text == w.specialValueText():
+                v: float | None = w.minimum()
+            elif w.validate(w.text(), 0)[0] == QValidator.State.Acceptable:
+                v = w.valueFromText(text)  # in the locale's number format
+            else:
+                v = None
+            if v is None or not lo <= v <= hi:
+                shown = f"{lo:g}" if name not in SPECIAL_MIN else f"{lo:g} ({SPECIAL_MIN[name]})"
+                out.append(f"{label}: {text!r} is outside {shown} … {hi:g}." if text else f"{label}: empty.")
+        return out
+
     # ---- presets ----------------------------------------------------------------------
     def _preset_chosen(self, _i: int) -> None:
         key = self.preset.currentData()
@@ -349,20 +402,7 @@ class PreferencesDialog(QDialog):
             self.model_edit.setText(d)
 
     def validate_model_dir(self, text: str) -> tuple[ModelConfig | None, str]:
-        if not text:
-            return None, "Choose the folder of gpt-oss-120b or gpt-oss-20b (or the demo model)."
-        p = Path(text).expanduser()
-        if not p.is_dir():
-            return None, f"{p} is not a folder."
-        try:
-            cfg = ModelConfig.load(p)
-        except ConfigError as exc:
-            return None, str(exc)
-        if not (p / "tokenizer.json").is_file():
-            return None, f"{p}: tokenizer.json is missing."
-        if not any(p.glob("*.safetensors")):
-            return None, f"{p}: no .safetensors weights found."
-        return cfg, ""
+        return validate_model_dir(text)
 
     def _revalidate(self, *_a: object) -> None:
         errors: list[str] = []
@@ -379,13 +419,17 @@ class PreferencesDialog(QDialog):
                 f"(top-{cfg.num_experts_per_tok}), {cfg.expert_bytes() / 1e6:.2f} MB per expert.")
         self.model_status.style().polish(self.model_status)
         self.refresh_store_status(cfg is not None)
+        bad_fields = self.field_errors()
+        errors += bad_fields
         try:
-            s = self.engine_settings()
+            s = None if bad_fields else self.engine_settings()
         except SettingsError as exc:
             errors.append(str(exc))
             s = None
+        self.last_estimate = None
         if s is not None and cfg is not None:
             est = self._estimator(cfg, s)
+            self.last_estimate = est
             self.estimate_label.setText(est.summary() + ("\n" + " ".join(est.warnings) if est.warnings else ""))
             errors.extend(est.errors)
         elif cfg is None:

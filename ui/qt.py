@@ -49,6 +49,7 @@ from PySide6.QtGui import (
     QShowEvent,
     QTextCursor,
     QTextDocument,
+    QValidator,
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -193,6 +194,7 @@ __all__ = [
     "QToolButton",
     "QUrl",
     "QVBoxLayout",
+    "QValidator",
     "QWidget",
     "Qt",
     "QtCore",

@@ -27,7 +27,7 @@ from ui import theme as themes
 from ui.api_panel import ApiPanelValues
 from ui.first_run_dialog import DEMO, FOLDER, FirstRunDialog
 from ui.main_window import MainWindow
-from ui.preferences_dialog import PreferencesDialog, PreferencesValues
+from ui.preferences_dialog import PreferencesDialog, PreferencesValues, validate_model_dir
 from ui.qt import QApplication, QDesktopServices, QFileDialog, QGuiApplication, QObject, QTimer, QUrl
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,8 @@ class AppController(QObject):
         self.save()
 
         def show() -> None:
-            dlg = FirstRunDialog(self.window)
+            dlg = FirstRunDialog(self.window, validate=lambda d: validate_model_dir(d)[1])
+            self.first_run_dialog = dlg
             if dlg.exec() and dlg.choice == FOLDER and dlg.folder:
                 self.settings.model_dir = dlg.folder
                 self.save()

@@ -85,3 +85,68 @@ def test_unshown_and_user_fields_survive_presets(qtbot, tiny_model):
     assert (s.pool_gib, s.kv_ring, s.scratch_slots) == (6.05, 256, 6)
     d.warmup.setChecked(True)
     assert d.engine_settings().warmup is True and d.preset.currentData() == "optimized"
+
+
+def _shape_dir(tmp_path, preset: str):
+    """A folder the dialog accepts as a model of the given shape (config only; nothing is loaded)."""
+    import json
+
+    from engine.synth import PRESETS
+
+    d = tmp_path / preset
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(PRESETS[preset].config_dict()))
+    (d / "tokenizer.json").write_text("{}")
+    (d / "model.safetensors").write_bytes(b"")
+    return d
+
+
+def test_dialog_shows_the_engines_plan_for_several_shapes_and_settings(qtbot, tmp_path):
+    from engine.config import ModelConfig
+    from engine.plan import fmt, plan_vram
+    from engine.synth import PRESETS
+
+    cases = [EngineSettings(), OPTIMIZED, EngineSettings(context=8192, kv_ring=0, scratch_slots=10),
+             EngineSettings(vram_budget_gib=8.0, static_slots=100), EngineSettings(pool_gib=3.0, prompt_block=1024)]
+    for preset in ("tiny", "20b-shape", "120b-shape"):
+        d = _dialog(qtbot, _values(str(_shape_dir(tmp_path, preset))))
+        cfg = ModelConfig.from_dict(PRESETS[preset].config_dict())
+        for s in cases:
+            d._load_engine(s)
+            d._revalidate()
+            plan = plan_vram(cfg, s)  # what engine/gpu/backend.py allocates
+            text = d.estimate_label.text()
+            assert d.last_estimate.vram == plan, (preset, s)
+            assert f"{plan.n_slots} expert slots ({plan.n_static} static" in text, (preset, text)
+            assert f"VRAM {fmt(plan.total)} = core {fmt(plan.dense)} + K/V {fmt(plan.kv)}" in text
+            assert f"pool {fmt(plan.pool)}" in text and f"prompt workspace {fmt(plan.workspace)}" in text
+        if preset == "120b-shape":
+            d.restore_defaults()
+            assert "548 expert slots (274 static" in d.estimate_label.text()  # the engine's default plan
+
+
+def test_refusals_explain_out_of_range_and_machine_limits(qtbot, tmp_path, tiny_model):
+    from engine.plan import GIB, Machine
+
+    m = Machine(logical_cores=2, ram_bytes=24 * GIB, vram_bytes=12 * GIB)
+    d = PreferencesDialog(_values(str(tiny_model)), lambda cfg, s: estimate(cfg, s, True, m))
+    qtbot.addWidget(d)
+    assert d.valid, d.errors
+    d.fields["cpu_threads"].setValue(64)
+    assert not d.valid and "CPU threads: 64 is more than this machine's 2 cores." in d.error_label.text()
+    d.fields["cpu_threads"].setValue(2)
+    d.fields["ram_budget_gib"].setValue(500)
+    assert not d.valid and "RAM budget: 500 GiB is more than this machine's 24.0 GiB" in d.error_label.text()
+    d.fields["ram_budget_gib"].setValue(0)
+    d.fields["vram_budget_gib"].lineEdit().setText("99999")  # typed: refused with the range, not clipped
+    assert not d.valid and "VRAM budget (GiB): '99999' is outside 0.5 … 1024." in d.error_label.text()
+    d.fields["vram_budget_gib"].setValue(16)
+    assert not d.valid and "more than the card's 12.0 GiB" in d.error_label.text()
+    d.fields["vram_budget_gib"].setValue(12)
+    d.fields["context"].lineEdit().setText("1")
+    assert not d.valid and "Context length (tokens): '1' is outside 16 … 131072." in d.error_label.text()
+    d.fields["context"].setValue(4096)
+    d.fields["cpu_threads"].setValue(2)
+    d.restore_defaults()  # every engine field, not only the GPU ones
+    assert d.engine_settings() == EngineSettings() and d.valid
+    assert "--" not in d.preset.itemText(d.preset.findData("optimized"))  # no command-line flags in the GUI
