@@ -21,8 +21,11 @@ param(
     [string]$TorchVersion = "2.13.0",
     [string]$TorchIndex = "https://download.pytorch.org/whl/cu130",
     [string]$Venv = ".venv-win",
-    # The GPU decode kernels are Triton kernels; on Windows they need the triton-windows package.
-    [switch]$WithTriton,
+    # The GPU kernels are Triton kernels; on Windows they need triton-windows, bundled by default.
+    # 3.8.0.post29 is the newest build (torch 2.13 pairs with Triton 3.9 on Linux; the engine calls
+    # Triton directly, not through torch.compile). -WithoutTriton builds a CPU-engine-only bundle.
+    [string]$TritonWindows = "3.8.0.post29",
+    [switch]$WithoutTriton,
     [switch]$SkipSelfTest,
     [switch]$SkipInstaller
 )
@@ -52,8 +55,11 @@ Invoke-Step "pip install .[build]" { & $Py -m pip install ".[build]" }
 Invoke-Step "check the native expert kernel" {
     & $Py -c "from native.kernel import load_kernel; k = load_kernel(); print('native kernel', k.best_isa(), sorted(k.features()))"
 }
-if ($WithTriton) {
-    Invoke-Step "install triton-windows" { & $Py -m pip install "triton-windows" }
+if (-not $WithoutTriton) {
+    Invoke-Step "install triton-windows $TritonWindows" { & $Py -m pip install "triton-windows==$TritonWindows" }
+    Invoke-Step "check triton-windows and its bundled compiler" {
+        & $Py -c "import triton, triton.windows_utils as w; print('triton', triton.__version__, 'CUDA', w.find_cuda()[0])"
+    }
     $env:NEURAL_BUNDLE_TRITON = "1"
 } else {
     $env:NEURAL_BUNDLE_TRITON = "0"
@@ -73,6 +79,9 @@ if ($size -gt 1.9GB) {
 # 5. Headless end-to-end check of the bundle: demo model, 16 tokens, one HTTP API request.
 if (-not $SkipSelfTest) {
     Invoke-Step "bundle self-test" { & dist\neural\neural.exe --self-test }
+    if (-not $WithoutTriton) {
+        Invoke-Step "bundle kernels (Triton sources readable)" { & dist\neural\neural.exe --check-kernels }
+    }
 }
 
 # 6. The installer.
