@@ -165,8 +165,10 @@ def _report(args: argparse.Namespace) -> int:
     """``--routing calibrated --report``: the designed trace's hit rates (docs/perf-residency.md)."""
     from engine.synth import shape_with
     from engine.synth.calibrated import CalibratedTables, calibrated_text, designed_trace
-    from engine.synth.policy_replay import replay_policy
-    from engine.synth.replay_sim import HAVE_NUMBA, cache_rates, split_per_layer
+
+    ensure_lab()
+    from bench.routing.policy_replay import replay_policy
+    from bench.routing.replay_sim import HAVE_NUMBA, cache_rates, split_per_layer
 
     if args.routing != "calibrated":
         return fail("--report needs --routing calibrated")

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..gpu.admission import AdmissionPolicy, AdmissionSettings, Residency, rank_hot_set
-from ..gpu.pool import SlotPool
+from engine.gpu.admission import AdmissionPolicy, AdmissionSettings, Residency, rank_hot_set
+from engine.gpu.pool import SlotPool
+
 from .replay_sim import belady_hits, flat_keys, lru_hits
 
 

@@ -1,8 +1,8 @@
 """Decode the calibrated text through the real engine and set the MEASURED VRAM hit rate and
-tok/s beside the SIMULATED replay of the same tokens (engine.synth.policy_replay) — the check
+tok/s beside the SIMULATED replay of the same tokens (bench.routing.policy_replay) — the check
 that the GPU bench sees the hit rates the design gives.
 
-    python -m engine.synth.calibrated_decode CKPT [--depth 2048] [--tokens 256] [--budget-gib 12]
+    python -m bench.routing.calibrated_decode CKPT [--depth 2048] [--tokens 256] [--budget-gib 12]
         [--threads 8] [--set key=value ...] [--json]
 
 CKPT is a checkpoint written with ``--routing calibrated`` (or a ``--like`` variant). The first
@@ -29,8 +29,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     from engine.session import Engine
     from engine.settings import EngineSettings
     from engine.synth import SynthShape, read_synthetic_meta, source_routing
+    from engine.synth.calibrated import CalibratedTables, calibrated_text, designed_trace
 
-    from .calibrated import CalibratedTables, calibrated_text, designed_trace
     from .policy_replay import replay_policy
 
     meta = read_synthetic_meta(Path(a.ckpt))
@@ -86,7 +86,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engine.synth.calibrated_decode", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.routing.calibrated_decode", description=__doc__.split("\n\n")[0])
     p.add_argument("ckpt")
     p.add_argument("--depth", type=int, default=2048, help="prompt tokens (the text's first)")
     p.add_argument("--tokens", type=int, default=256, help="teacher-forced decode tokens after the prompt")

@@ -1,4 +1,4 @@
-"""engine.synth.replay_sim: LRU and Belady (MIN with bypass) against brute force on tiny traces."""
+"""bench.routing.replay_sim: LRU and Belady (MIN with bypass) against brute force on tiny traces."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from engine.synth.replay_sim import (
+from bench.routing.replay_sim import (
     belady_hits,
     cache_rates,
     flat_keys,

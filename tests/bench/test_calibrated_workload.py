@@ -1,0 +1,63 @@
+"""The calibrated workload's trace (engine.synth.calibrated) replayed: LRU and Belady at 430 slots
+against the design doc, the drift of its hot sets, and the engine's admission replayed on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.routing.policy_replay import replay_policy
+from bench.routing.replay_sim import cache_rates
+from engine.gpu.admission import AdmissionSettings
+from engine.synth import PRESETS
+from engine.synth.calibrated import CalibratedTables, calibrated_text, designed_trace
+
+# the design doc's recorded coding trace at ~430 slots (SIMULATED there)
+DOC_LRU, DOC_BELADY, TOL = 0.406, 0.632, 0.03
+
+
+@pytest.fixture(scope="module")
+def trace_120b() -> np.ndarray:
+    tables = CalibratedTables(0, PRESETS["120b-shape"])
+    return designed_trace(tables, calibrated_text(tables, 12_000))
+
+
+def test_hit_rates_at_430_slots_match_the_design_doc(trace_120b):
+    """One pool of 430 slots for all 36 layers (the engine's SlotPool), 12k tokens."""
+    r = cache_rates(trace_120b, 128, 430)
+    assert abs(r.lru - DOC_LRU) <= TOL, r
+    assert abs(r.belady - DOC_BELADY) <= TOL, r
+
+
+def test_uniform_routing_is_far_from_the_design_doc(trace_120b):
+    """The tolerance has teeth: the same replay of uniform random routing misses it widely."""
+    uniform = np.random.default_rng(0).integers(0, 128, (3000, 36, 4))
+    r = cache_rates(uniform, 128, 430)
+    assert r.lru < DOC_LRU - 0.2
+
+
+def test_hot_set_follows_the_text(trace_120b):
+    """Experts used within a 256-token window cover that window far better than an earlier
+    window's hot set does: the hot set drifts with the topic segments."""
+    def top(c: np.ndarray, layer: int) -> set[int]:
+        counts = np.bincount(c[:, layer].ravel(), minlength=128)
+        return set(np.argsort(-counts, kind="stable")[:16].tolist())
+
+    own, other = [], []
+    for w in range(4, 40, 4):
+        now, before = trace_120b[w * 256 : (w + 1) * 256], trace_120b[(w - 4) * 256 : (w - 3) * 256]
+        for layer in (0, 17, 35):
+            own.append(np.isin(now[:, layer], sorted(top(now, layer))).mean())
+            other.append(np.isin(now[:, layer], sorted(top(before, layer))).mean())
+    assert np.mean(own) > np.mean(other) + 0.15
+
+
+def test_policy_replay_frozen_is_the_static_set_and_adaptive_admits(trace_120b):
+    short = trace_120b[:1500]
+    frozen = replay_policy(short, 128, 548, prompt_tokens=1024, settings=AdmissionSettings(refresh_every=0))
+    assert frozen.admissions_per_token == 0 and frozen.hit == frozen.static_hit > 0
+    live = replay_policy(short, 128, 548, prompt_tokens=1024)
+    assert live.admissions_per_token > 0 and live.hit > frozen.hit
+    assert live.lru <= live.belady and live.hit <= live.belady
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        replay_policy(short, 128, 548, prompt_tokens=1500)
