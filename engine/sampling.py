@@ -135,6 +135,7 @@ class Sampler:
         # after a fallback the next tokens go straight to the full path (saves the topk attempt
         # when logits stay flat); either path gives the same token for the same draw
         self.skip_candidates = 0
+        self._scratch: np.ndarray | None = None
         self.host_math: bool | None = None  # None: by the logits' device; False runs the device code on the CPU (tests)
         self.calls, self.seconds = 0, 0.0  # what sampling cost this request (neural bench decode)
 
@@ -164,18 +165,27 @@ class Sampler:
         return tok
 
     # ---- sampling ------------------------------------------------------------------------
+    def _work(self, x: torch.Tensor) -> np.ndarray:
+        """A float32 scratch row kept per request, so the host passes allocate no 800 KB array
+        (an mmap/munmap and its page faults) per token."""
+        if self._scratch is None or self._scratch.size != x.numel():
+            self._scratch = np.empty(x.numel(), np.float32)
+        return self._scratch
+
     def _sample(self, x: torch.Tensor, host: bool) -> int:
         u = float(torch.rand((), generator=self.gen, dtype=torch.float64))
         vocab = x.numel()
         k = self.top_k if 0 < self.top_k < vocab else 0
         if not k and self.top_p >= 1.0 and self.min_p <= 0.0:
-            return _id_order(x, self.scale, u, host)
+            return _id_order(x, self.scale, u, host, self._work(x))
         if self.skip_candidates > 0:  # recent tokens all ran past the candidates (flat logits)
             self.skip_candidates -= 1
             return self._full(x, u, k, host)
         kk = min(vocab, max(PRESELECT, k + 1))
-        v, cand, lse, complete = (_candidates_host if host else _candidates_device)(
-            x, kk, self.scale, need_lse=not k)
+        if host:
+            v, cand, lse, complete = _candidates_host(x, kk, self.scale, not k, self._work(x))
+        else:
+            v, cand, lse, complete = _candidates_device(x, kk, self.scale, not k)
         if k:  # the top-k set: every token >= the k-th value (ties kept, as in transformers)
             n_set = int(np.count_nonzero(v >= v[k - 1])) if len(v) >= k else len(v)
             if n_set >= len(v) and not complete:
@@ -250,8 +260,8 @@ def _candidates_device(x: torch.Tensor, kk: int, scale: float,
     return _canonical(v, cand, float(host[-1]), complete)
 
 
-def _candidates_host(x: torch.Tensor, kk: int, scale: float,
-                     need_lse: bool) -> tuple[np.ndarray, np.ndarray, float, bool]:
+def _candidates_host(x: torch.Tensor, kk: int, scale: float, need_lse: bool,
+                     work: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, bool]:
     """CPU: a threshold from a strided sample, then every token above it (cheaper than topk)."""
     xn = x.numpy()
     vocab = xn.size
@@ -269,7 +279,7 @@ def _candidates_host(x: torch.Tensor, kk: int, scale: float,
     if need_lse:
         if not math.isfinite(m):
             raise ValueError("no token has a finite logit")
-        w = np.subtract(xn, np.float32(m))
+        w = np.subtract(xn, np.float32(m), out=work)
         with np.errstate(over="ignore"):  # gaps / tiny T overflow to -inf: weight 0, as intended
             lse = float(np.log(np.exp(np.multiply(w, np.float32(scale), out=w), out=w).sum(dtype=np.float64)))
     return _canonical(xn[cand].astype(np.float64), cand.astype(np.int64), lse, cand.size == vocab)
@@ -283,11 +293,11 @@ def _canonical(v: np.ndarray, cand: np.ndarray, lse: float,
     return v[order], cand[order], lse, complete
 
 
-def _id_order(x: torch.Tensor, scale: float, u: float, host: bool) -> int:
+def _id_order(x: torch.Tensor, scale: float, u: float, host: bool, work: np.ndarray) -> int:
     """No filter: inverse CDF over the whole vocabulary in token-id order (no sort, one sync)."""
     if host:
         xn = x.numpy()
-        w = np.subtract(xn, xn.max())
+        w = np.subtract(xn, xn.max(), out=work)
         with np.errstate(over="ignore"):  # gaps / tiny T overflow to -inf: weight 0, as intended
             np.exp(np.multiply(w, np.float32(scale), out=w), out=w)
         # numpy's float32 -> float64 cumsum is slow (~2-20 ms): block sums, then one block's scan
