@@ -176,17 +176,23 @@ class CalibratedTables:
                 + (self.p.boost / (a * math.sqrt(self.hidden))) * h @ d)
 
     def embedding(self, ids: np.ndarray, rms: float) -> np.ndarray:
-        """float64 [n, hidden]: embedding rows scaled to an rms of about ``rms``."""
+        """float32 [n, hidden]: embedding rows scaled to an rms of about ``rms``."""
+        q, d = self._basis32
+        ids = np.asarray(ids, dtype=np.int64)
+        x = (math.sqrt(self.hidden / self.dims) * self.coefficients(ids)) @ q.T
+        x += np.float32(self.p.embed_topic * math.sqrt(self.hidden)) * d[self.topic[ids].astype(np.int64)]
+        x *= np.float32(rms / math.sqrt(1.0 + self.p.embed_topic**2))
+        return x
+
+    @cached_property
+    def _basis32(self) -> tuple[np.ndarray, np.ndarray]:
         q, d = self.basis
-        c = self.coefficients(ids)
-        x = math.sqrt(self.hidden / self.dims) * c @ q.T + (self.p.embed_topic * math.sqrt(self.hidden)) * d[
-            self.topic[np.asarray(ids)]]
-        return (rms / math.sqrt(1.0 + self.p.embed_topic**2)) * x
+        return q.astype(np.float32), d.astype(np.float32)
 
     # ---- tensors of the checkpoint ------------------------------------------------------------
     def embedding_rows(self, rows: slice) -> np.ndarray:
         """float32 [rows, hidden]: model.embed_tokens.weight rows."""
-        return self.embedding(np.arange(rows.start, rows.stop), EMBED_RMS).astype(np.float32)
+        return self.embedding(np.arange(rows.start, rows.stop), EMBED_RMS)
 
     def router_weight_written(self, layer: int, norm_gain: np.ndarray) -> np.ndarray:
         """float32 [experts, hidden]: the router weight to write, given the layer's
