@@ -33,7 +33,9 @@ class Backend(Protocol):
                 cancel: CancelToken | None = None) -> torch.Tensor:
         """Process ``ids`` after the held tokens; fp32 logits of the last one [vocab].
 
-        The prompt contract (the session runs this on its prompt thread while it yields events):
+        The prompt contract. The session calls this for a prompt from its prompt thread (one
+        persistent thread per Engine, ``neural-prompt``) while the generate() thread yields the
+        events; decode steps (one id, no progress, no cancel) come from the generate() thread:
         - ``progress(done, total)`` is called from the calling thread as the work advances (at
           least once per layer; ``total == len(ids)``, the last call ``done == total``).
         - ``cancel`` is polled between layers, attention blocks and expert groups, so that a stop
