@@ -259,7 +259,9 @@ def run_decode(engine: Engine, *, tokens: int, depths: list[int], repeats: int, 
             "token_ids": runs[0].ids,
             "sampling": [s for _, s in rows],
         })
+    calib = getattr(getattr(engine.backend, "prefill", None), "calibration", None)
     return {"context_source": source, "results": results, "notes": notes,
+            "split_calibration": dict(calib or {}),
             "token_ids_sha256": hash_ids([i for r in results for i in r["token_ids"]])}
 
 
@@ -274,6 +276,7 @@ def prompt_split(engine: Engine) -> dict[str, float]:
         return {}
     d = stats.as_dict()
     out = {f"gpu_{k}": float(v) for k, v in d.get("gpu", {}).items()}
+    out.update({f"lane_{k}": float(v) for k, v in d.get("split", {}).items()})  # split.py: observed vs predicted
     out.update({k: float(v) for k, v in d.items()
                 if k != "gpu" and isinstance(v, int | float) and not isinstance(v, bool)})
     return out
@@ -376,5 +379,7 @@ def run_prompt(engine: Engine, *, lengths: list[int], repeats: int, warmup: int,
             "token_ids": runs[0].ids,
             **follow,
         })
+    calib = getattr(getattr(engine.backend, "prefill", None), "calibration", None)
     return {"context_source": source, "results": results, "notes": notes,
+            "split_calibration": dict(calib or {}),
             "token_ids_sha256": hash_ids([i for r in results for i in r["token_ids"]])}

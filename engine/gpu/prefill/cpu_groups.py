@@ -37,7 +37,8 @@ class NativeGroups:
 
         from ...store.experts_cpu import CpuExperts
 
-        self.experts = CpuExperts(ck.config, ck=ck, kernel=load_kernel(), threads=threads)
+        # bf16 inputs, as the model rounds them (and the GPU experts): exact products, the BF16 loop on AMD
+        self.experts = CpuExperts(ck.config, ck=ck, kernel=load_kernel(), threads=threads, bf16_inputs=True)
         self.kernel = self.experts.kernel
         self.name = f"native-{self.kernel.isa}-{self.kernel.threads}t"
 
