@@ -61,3 +61,19 @@ def test_policy_replay_frozen_is_the_static_set_and_adaptive_admits(trace_120b):
     assert live.lru <= live.belady and live.hit <= live.belady
     with pytest.raises(ValueError, match="prompt_tokens"):
         replay_policy(short, 128, 548, prompt_tokens=1500)
+
+
+def test_report_cli(capsys):
+    from app.cli.main import main
+
+    argv = ["synth", "--routing", "calibrated", "--report", "--preset", "small", "--experts", "32",
+            "--tokens", "1200", "--slots", "40,60", "--policy-tokens", "150", "--prompt-tokens", "100"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "6 layers x 32 experts, top-4; 1200 tokens" in out
+    assert out.count("one pool for all layers: LRU") == 2 and out.count(" static): policy ") == 2
+    assert "per-layer quotas of 6/7" in out  # 40 slots over 6 layers
+    assert main(["synth", "--routing", "drift", "--report"]) != 0
+    assert "--report needs --routing calibrated" in capsys.readouterr().err
+    assert main([*argv[:-6], "--slots", "0"]) != 0
+    assert "--slots" in capsys.readouterr().err
