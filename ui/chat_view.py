@@ -51,6 +51,7 @@ class ChatView(QWidget):
         self.title = QLabel("New chat")
         self.title.setObjectName("heading")
         self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.title.setMinimumWidth(90)  # never squeezed away on a narrow window (issue 21 point 4)
         top.addWidget(self.title, 1)
         self.backend_label = QLabel()
         self.backend_label.setObjectName("warning")
@@ -204,8 +205,15 @@ class ChatView(QWidget):
         """Show this thread, rebuilding only from the first message that differs from what is shown
         (a new turn or a finished answer touches the last one or two widgets, not the whole chat)."""
         keep = 0
-        while keep < min(len(self.widgets), len(vms)) and self.widgets[keep].vm == vms[keep]:
-            keep += 1
+        while keep < min(len(self.widgets), len(vms)):
+            w, vm = self.widgets[keep], vms[keep]
+            if w.vm == vm:
+                keep += 1
+            elif w.vm.id == vm.id and w.vm.role == vm.role:
+                w.set_model(vm)  # same message (a finished stream, a new footer): update in place; the
+                keep += 1  # body re-renders only what changed, not the whole answer
+            else:
+                break
         for w in self.widgets[keep:]:
             self.column_layout.removeWidget(w)
             w.deleteLater()

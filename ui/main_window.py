@@ -6,7 +6,7 @@ from ui.api_panel import ApiPanel, ApiPanelValues
 from ui.chat_view import ChatView
 from ui.conversation_list import ConversationList
 from ui.engine_status import EngineStatus
-from ui.markdown_render import MarkdownRenderer
+from ui.markdown_render import MarkdownRenderer, warm_up_lexers
 from ui.qt import (
     QAction,
     QCloseEvent,
@@ -40,8 +40,9 @@ class MainWindow(QMainWindow):
         self.resize(1400, 860)
         # An explicit minimum keeps the layout from resizing the window's limits on every content
         # change (which also spams "propagateSizeHints" warnings on some platform plugins).
-        self.setMinimumSize(960, 600)
+        self.setMinimumSize(880, 560)
         self.renderer = MarkdownRenderer(theme)
+        warm_up_lexers()
 
         self.sidebar = ConversationList()
         self.chat = ChatView(self.renderer)
@@ -51,8 +52,8 @@ class MainWindow(QMainWindow):
         rl = QVBoxLayout(right)
         rl.setContentsMargins(4, 8, 8, 8)
         rl.setSpacing(8)
+        rl.addWidget(self.api_panel)  # first: it must not scroll away on a short window
         rl.addWidget(self.residency)
-        rl.addWidget(self.api_panel)
         rl.addStretch(1)
         self.right_scroll = QScrollArea()
         self.right_scroll.setWidgetResizable(True)
@@ -67,8 +68,11 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
         self.splitter.setSizes([250, 790, 360])
-        self.sidebar.setMinimumWidth(180)
-        self.right_scroll.setMinimumWidth(300)
+        self.sidebar.setMinimumWidth(160)
+        self.chat.setMinimumWidth(380)  # the splitter then takes room from the side panels, not the chat
+        # as wide as the panels' narrowest layout, so nothing in them is ever cut off at the side
+        self.right_scroll.setMinimumWidth(max(280, right.minimumSizeHint().width()
+                                              + self.right_scroll.verticalScrollBar().sizeHint().width() + 2))
         for i in range(3):
             self.splitter.setCollapsible(i, False)
         self.setCentralWidget(self.splitter)
@@ -98,12 +102,21 @@ class MainWindow(QMainWindow):
         m.addAction(quit_action)
         v = self.menuBar().addMenu("&View")
         self.panel_action = QAction("Engine panel", self, checkable=True, checked=True)
-        self.panel_action.toggled.connect(self.right_scroll.setVisible)
+        self.panel_action.toggled.connect(self._panels_changed)
         v.addAction(self.panel_action)
+        self.api_action = QAction("API panel", self, checkable=True, checked=True)
+        self.api_action.toggled.connect(self._panels_changed)
+        v.addAction(self.api_action)
         h = self.menuBar().addMenu("&Help")
         logs = QAction("Open log folder", self)
         logs.triggered.connect(self.openLogsRequested.emit)
         h.addAction(logs)
+
+    def _panels_changed(self, *_a: object) -> None:
+        """The engine view and the API switch hide separately; the side column when both are hidden."""
+        self.residency.setVisible(self.panel_action.isChecked())
+        self.api_panel.setVisible(self.api_action.isChecked())
+        self.right_scroll.setVisible(self.panel_action.isChecked() or self.api_action.isChecked())
 
     def set_theme(self, theme: Theme) -> None:
         """Colours used by HTML and custom painting (the palette itself is application-wide)."""

@@ -9,6 +9,7 @@ Raw HTML in the source is escaped, not rendered: model output is untrusted text.
 from __future__ import annotations
 
 import html
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,35 @@ from pygments.util import ClassNotFound
 from ui.theme import LIGHT, Theme
 
 COPY_SCHEME = "copy"
+# pygments builds a lexer's regexes on first use (about half a second for Python on a slow
+# machine) and get_lexer_by_name searches every lexer module: both once per language, cached.
+_LEXERS: dict[str, Any] = {}
+_LEXERS_LOCK = threading.Lock()
+COMMON_LANGUAGES = ("python", "bash", "javascript", "typescript", "json", "c", "cpp", "rust", "go", "java")
+
+
+def lexer_for(lang: str) -> Any:
+    """The cached lexer for ``lang`` (None when pygments has none)."""
+    key = lang.lower()
+    with _LEXERS_LOCK:
+        if key in _LEXERS:
+            return _LEXERS[key]
+    try:
+        lexer = get_lexer_by_name(key, stripnl=False, ensurenl=False)
+        highlight("x = 1\n", lexer, HtmlFormatter(nowrap=True))  # compile its regexes now
+    except ClassNotFound:
+        lexer = None
+    with _LEXERS_LOCK:
+        _LEXERS[key] = lexer
+    return lexer
+
+
+def warm_up_lexers() -> threading.Thread:
+    """Prepare the common languages' lexers on a background thread (at app start), so the first
+    code block of an answer does not stall the GUI."""
+    t = threading.Thread(target=lambda: [lexer_for(x) for x in COMMON_LANGUAGES], name="lexer-warm-up", daemon=True)
+    t.start()
+    return t
 
 
 @dataclass
@@ -71,16 +101,13 @@ class MarkdownRenderer:
             f"{button}</a>&nbsp;</td></tr></table>"
             # padding via an inner table: a margin on <pre> inside a cell clips its last line in Qt
             f'<table width="100%" border="0" cellspacing="0" cellpadding="8"><tr><td>'
-            f'<pre style="white-space: pre-wrap; font-family: monospace; margin: 0;">{body}</pre>'
+            f'<pre style="white-space: pre; font-family: monospace; margin: 0;">{body}</pre>'
             f"</td></tr></table></td></tr></table>\n"
         )
 
     def _highlight(self, code: str, lang: str) -> str:
         if lang:
-            try:
-                lexer = get_lexer_by_name(lang, stripnl=False, ensurenl=False)
-            except ClassNotFound:
-                lexer = None
+            lexer = lexer_for(lang)
             if lexer is not None:
                 out = highlight(code, lexer, self._formatter)
                 return out.rstrip("\n")

@@ -15,6 +15,7 @@ from engine.types import ToolCall
 from ui.markdown_render import MarkdownRenderer, plain_to_html
 from ui.qt import QApplication, QFrame, QHBoxLayout, QLabel, Qt, QTimer, QToolButton, QVBoxLayout, QWidget, Signal
 from ui.rich_text_view import RichTextView
+from ui.stream_body import StreamingBody
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "tool": "Tool result", "system": "System",
               "developer": "Developer"}
@@ -96,8 +97,8 @@ class MessageWidget(QFrame):
         self.reasoning_toggle.setCheckable(True)
         self.reasoning_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         self.reasoning_toggle.toggled.connect(self._toggle_reasoning)
-        self.reasoning_view = RichTextView(renderer)
-        self.reasoning_view.setObjectName("reasoning")
+        self.reasoning_view = StreamingBody(renderer)
+        self.reasoning_view.setObjectName("reasoning")  # styled apart from the answer (theme.py)
         self.reasoning_view.setVisible(False)
         outer.addWidget(self.reasoning_toggle, 0, Qt.AlignmentFlag.AlignLeft)
         outer.addWidget(self.reasoning_view)
@@ -105,7 +106,7 @@ class MessageWidget(QFrame):
         self.tools_view = RichTextView(renderer)
         outer.addWidget(self.tools_view)
 
-        self.body = RichTextView(renderer)
+        self.body = StreamingBody(renderer)  # re-renders only the growing end of an answer
         outer.addWidget(self.body)
 
         self.note_label = QLabel()
@@ -182,7 +183,7 @@ class MessageWidget(QFrame):
         self.vm.content, self.vm.reasoning, self.vm.tool_calls = content, reasoning, tool_calls
         self.vm.streaming = True
         if not self._render_timer.isActive():
-            # Back off when rendering is slow (very long answers): keep it under ~25 % of the GUI time.
+            # The throttle adapts to the measured cost: rendering stays under ~25 % of the GUI time.
             interval = max(self.min_interval_ms, int(self._last_render_s * 4000))
             self._render_timer.start(interval)
 

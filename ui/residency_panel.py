@@ -310,6 +310,10 @@ class ResidencyPanel(QFrame):
         self.phases = PhaseBars(theme)
         lay.addWidget(self.phases)
         lay.addStretch(1)
+        # Every text wraps: a narrow window (900 px) must not clip "0.37 GiB (process…)" (issue 21).
+        for label in self.findChildren(QLabel):
+            label.setWordWrap(True)
+            label.setMinimumWidth(0)
         self.last_usage: Usage | None = None
         self.snapshots = 0
         self._prev_hits: list[list[float]] = []

@@ -38,7 +38,8 @@ class RichTextView(QTextBrowser):
         self.anchorClicked.connect(self._on_anchor)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # code lines do not wrap (a coding app shows code as written): a long line scrolls sideways
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
         self.document().setDocumentMargin(2)
@@ -67,6 +68,8 @@ class RichTextView(QTextBrowser):
         if width > 0 and abs(doc.textWidth() - width) > 0.5:
             doc.setTextWidth(width)
         h = math.ceil(doc.size().height()) + 2 * self.frameWidth() + 2
+        if width > 0 and doc.size().width() > width + 1:  # a long code line: room for the scrollbar
+            h += self.horizontalScrollBar().sizeHint().height()
         if h != self.height():
             self.setFixedHeight(h)
 

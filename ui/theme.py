@@ -128,6 +128,8 @@ QListWidget#conversations {{ background: {t.surface}; border: 1px solid {t.borde
 QListWidget#conversations::item {{ padding: 6px 4px; }}
 QListWidget#conversations::item:selected {{ background: {t.accent}; color: {t.accent_text}; border-radius: 4px; }}
 QTextBrowser {{ background: transparent; border: none; }}
+QWidget#reasoning {{ border-left: 3px solid {t.border}; padding-left: 6px; }}
+QWidget#reasoning QTextBrowser {{ color: {t.muted}; font-style: italic; }}
 QScrollArea {{ border: none; background: transparent; }}
 """
 
