@@ -205,8 +205,8 @@ class RoutingSpec:
         if self.mode == "uniform":
             return "uniform (no expert favoured)"
         if self.mode == "calibrated":
-            return ("calibrated (a designed text whose routing replays at LRU ~0.41 / Belady ~0.63 at 430 slots, "
-                    "SIMULATED; hot sets follow the text's topic segments)")
+            return ("calibrated (a designed text whose routing, at 120b shape, replays at LRU ~0.41 / Belady ~0.63 "
+                    "at 430 slots, SIMULATED; hot sets follow the text's topic segments; decode it teacher-forced)")
         if self.mode == "static":
             return f"static (router bias -{self.skew:g}·log(1+rank): a fixed per-layer hot set)"
         hot = self.hot_per_topic(shape.num_local_experts, shape.num_experts_per_tok)
