@@ -38,11 +38,18 @@ class CancelAtCheck(CancelToken):
         super().check()
 
 
-@pytest.mark.parametrize("n", [1, 3, 6, 30])  # before layer 0, attention blocks, before/among expert groups
-def test_backend_rewinds_exactly_on_a_stop(tiny_model, n):
+@pytest.fixture(scope="module")
+def two_backends(tiny_model):
+    """Two reference backends on one checkpoint (their dequantized experts are kept across tests)."""
     ck = Checkpoint.open(tiny_model)
-    be = ReferenceBackend(ck, torch.float32, block=8)
-    fresh = ReferenceBackend(ck, torch.float32, block=8)
+    return ReferenceBackend(ck, torch.float32, block=8), ReferenceBackend(ck, torch.float32, block=8)
+
+
+@pytest.mark.parametrize("n", [1, 3, 6, 30])  # before layer 0, attention blocks, before/among expert groups
+def test_backend_rewinds_exactly_on_a_stop(two_backends, n):
+    be, fresh = two_backends
+    be.truncate(0)
+    fresh.truncate(0)
     head, tail = list(range(3, 23)), list(range(40, 80))
     be.forward(head)
     before = {k: v.clone() for k, v in be.state_tensors().items()}
