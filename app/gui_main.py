@@ -58,6 +58,11 @@ def run_app(model: str | None = None, screenshot_dir: str | None = None, home: s
     app.setQuitOnLastWindowClosed(False)  # the asyncio main below ends the loop after cleanup
     settings = load_settings(paths.settings_file)
     themes.apply(app, themes.resolve(settings.theme))
+    from app.gui.single_instance import confirm_second_instance, take_lock
+
+    _instance_lock, other = take_lock(paths.data_dir)  # a local: held until run_app returns
+    if other is not None and screenshot_dir is None and not confirm_second_instance(other, paths.data_dir):
+        return 0
 
     holder: dict[str, AppController] = {}
 

@@ -56,6 +56,12 @@ DARK = Theme(
 )
 
 
+# The platform's own palette, kept before the app first sets its theme palette: judging "the
+# system" by the current palette would read our Dark palette back ("Follow the system" after Dark
+# stayed dark until a restart).
+_platform_palette: list[QPalette] = []
+
+
 def system_prefers_dark() -> bool:
     app = QGuiApplication.instance()
     if app is None:
@@ -66,7 +72,8 @@ def system_prefers_dark() -> bool:
     if scheme == Qt.ColorScheme.Light:
         return False
     # Unknown (e.g. offscreen or an old desktop): judge by the platform's window colour.
-    return QGuiApplication.palette().color(QPalette.ColorRole.Window).lightness() < 128
+    pal = _platform_palette[0] if _platform_palette else QGuiApplication.palette()
+    return pal.color(QPalette.ColorRole.Window).lightness() < 128
 
 
 def resolve(preference: str) -> Theme:
@@ -135,6 +142,8 @@ QScrollArea {{ border: none; background: transparent; }}
 
 
 def apply(app: QApplication, t: Theme) -> None:
+    if not _platform_palette:
+        _platform_palette.append(QPalette(app.palette()))
     app.setStyle("Fusion")
     app.setPalette(build_palette(t))
     app.setStyleSheet(stylesheet(t))

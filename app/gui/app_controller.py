@@ -68,7 +68,7 @@ class AppController(QObject):
         w.stopRequested.connect(self.chat.stop)
         w.preferencesRequested.connect(self.open_preferences)
         w.exportRequested.connect(self.export_current)
-        w.openLogsRequested.connect(lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(paths.log_dir))))
+        w.openLogsRequested.connect(self.open_log_folder)
         w.sidebar.exportRequested.connect(self.export_dialog)
         w.api_panel.toggled.connect(self._api_toggled)
         self.api.statusChanged.connect(w.api_panel.set_status)
@@ -337,6 +337,18 @@ class AppController(QObject):
     def _follow_system_theme(self, *_scheme: object) -> None:
         if self.settings.theme == "system" and not self._closed:
             self.apply_theme()
+
+    def open_log_folder(self) -> bool:
+        """Open the log folder in the file manager; where there is none, show (and copy) the path."""
+        folder = str(self.paths.log_dir)
+        opened = QDesktopServices.openUrl(QUrl.fromLocalFile(folder))
+        if opened:
+            self.window.statusBar().showMessage(f"Log folder: {folder}", 8000)
+        else:
+            QApplication.clipboard().setText(folder)
+            self.window.statusBar().showMessage(f"No file manager could open the log folder; its path is copied: "
+                                                f"{folder}", 15000)
+        return bool(opened)
 
     # ---- export ---------------------------------------------------------------------------
     def export_current(self) -> None:

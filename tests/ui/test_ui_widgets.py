@@ -158,3 +158,14 @@ def test_residency_panel_with_telemetry_recorded_on_an_h200(qtbot):
     assert "reserved" in p.values["vram"].text()
     assert p.phases.total == last["phases_ms"]["token"] and p.phases.phases[0][0] == "cpu_experts"
     assert len(p.plot.decode) == len(samples)
+
+
+def test_follow_the_system_after_dark_is_the_system_theme(qapp):
+    """Issue 21 point 10: the system's choice is judged by the platform palette, not by ours."""
+    from ui import theme
+
+    theme.apply(qapp, theme.LIGHT)  # the app's first apply records the platform palette
+    system = theme.resolve("system")
+    theme.apply(qapp, theme.DARK)
+    assert theme.resolve("system") is system
+    theme.apply(qapp, theme.LIGHT)
