@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import llguidance as llg
+import numpy as np
 import torch
 
 from .compile import CompiledConstraint
@@ -35,11 +36,16 @@ class DeviceMask:
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         dev = logits.device
-        shifts = self._shifts.get(dev)
-        if shifts is None:
-            shifts = self._shifts[dev] = torch.arange(32, dtype=torch.int32, device=dev)
-        words = self.cpu.to(dev, non_blocking=True)
-        allowed = ((words.unsqueeze(1) >> shifts) & 1).view(-1)[: logits.shape[-1]].bool()
+        n = logits.shape[-1]
+        if dev.type == "cpu":  # numpy's unpackbits: one pass, no [words, 32] intermediate
+            bits = np.unpackbits(self.cpu.numpy().view(np.uint8), bitorder="little")[:n]
+            allowed = torch.from_numpy(bits).view(torch.bool)
+        else:  # 25 KB to the device, unpacked there by a few elementwise kernels
+            shifts = self._shifts.get(dev)
+            if shifts is None:
+                shifts = self._shifts[dev] = torch.arange(32, dtype=torch.int32, device=dev)
+            words = self.cpu.to(dev, non_blocking=True)
+            allowed = ((words.unsqueeze(1) >> shifts) & 1).view(-1)[:n].bool()
         # allowed tokens keep a finite logit even if the backend sent -inf, so sampling never sees
         # an all -inf row (a grammar always allows at least one token)
         return torch.where(allowed, logits.clamp(min=-1e30), _NEG)
