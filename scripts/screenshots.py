@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 def gpu_panel(out: Path) -> None:
     """The slot map with real data: the GPU backend's telemetry (Triton interpreter without a GPU)."""
-    helper = str(ROOT / "scripts" / "residency_replay.py")
+    helper = str(ROOT / "bench" / "residency" / "replay.py")
     with tempfile.TemporaryDirectory(prefix="neural-telemetry-") as d:
         samples = Path(d) / "telemetry.json"
         rec = subprocess.run([sys.executable, helper, "record", str(samples)], check=False)
@@ -42,7 +42,7 @@ def main() -> int:
         code = run_app(model=args.model, screenshot_dir=args.out, home=home)
     recorded = ROOT / "tests" / "ui" / "data" / "h200_gpu_telemetry.json"
     if recorded.is_file():  # telemetry recorded on an H200 (36 layers x 128 experts): the map at full scale
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "residency_replay.py"), "render", str(recorded),
+        subprocess.run([sys.executable, str(ROOT / "bench" / "residency" / "replay.py"), "render", str(recorded),
                         str(Path(args.out) / "residency-h200-recorded.png")], check=True)
     if not args.no_gpu_panel:
         gpu_panel(Path(args.out))

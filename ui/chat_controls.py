@@ -13,6 +13,7 @@ from ui.qt import (
     QFileDialog,
     QFormLayout,
     QFrame,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
@@ -38,6 +39,7 @@ class ChatControls(QFrame):
         lay.setContentsMargins(12, 4, 12, 4)
         form = QFormLayout()
         form.setVerticalSpacing(2)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # labels above fields when narrow
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setObjectName("systemPrompt")
         self.system_prompt.setPlaceholderText("Instructions for this conversation (e.g. \"Answer in Python 3.12; be "
@@ -45,7 +47,8 @@ class ChatControls(QFrame):
         self.system_prompt.setFixedHeight(self.fontMetrics().lineSpacing() * 3 + 14)
         self.system_prompt.textChanged.connect(self._emit)
         form.addRow("Instructions", self.system_prompt)
-        row = QHBoxLayout()
+        row = QGridLayout()  # two pairs a row: the chat stays narrow enough for a 900 px window
+        row.setHorizontalSpacing(8)
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, 2.0)
         self.temperature.setSingleStep(0.1)
@@ -57,18 +60,18 @@ class ChatControls(QFrame):
         self.top_p.setDecimals(2)
         self.top_p.setToolTip("Sample only from the most likely tokens that together reach this probability")
         self.seed = QSpinBox()
-        self.seed.setRange(-1, 2**31 - 1)
+        self.seed.setRange(-1, 999_999_999)
         self.seed.setSpecialValueText("random")
         self.seed.setToolTip("A fixed seed repeats the same answer for the same conversation and settings")
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(1, 131072)
         self.max_tokens.setToolTip("Longest answer (reasoning included), in tokens")
-        for label, w in (("Temperature", self.temperature), ("Top-p", self.top_p), ("Seed", self.seed),
-                         ("Max tokens", self.max_tokens)):
-            row.addWidget(QLabel(label))
-            row.addWidget(w)
+        for i, (label, w) in enumerate((("Temperature", self.temperature), ("Top-p", self.top_p), ("Seed", self.seed),
+                                        ("Max tokens", self.max_tokens))):
+            row.addWidget(QLabel(label), i // 2, 2 * (i % 2))
+            row.addWidget(w, i // 2, 2 * (i % 2) + 1)
             w.valueChanged.connect(self._emit)
-        row.addStretch(1)
+        row.setColumnStretch(4, 1)
         form.addRow("Sampling", row)
         ctx = QHBoxLayout()
         self.context_bar = QProgressBar()
@@ -76,15 +79,18 @@ class ChatControls(QFrame):
         self.context_bar.setTextVisible(True)
         self.context_bar.setMaximumHeight(16)
         ctx.addWidget(self.context_bar, 1)
+        form.addRow("Context", ctx)
+        files = QHBoxLayout()
         self.attach_files = QPushButton("Attach files…")
         self.attach_files.setToolTip("Add text files to the message as fenced blocks")
         self.attach_files.clicked.connect(self._pick_files)
         self.attach_folder = QPushButton("Attach folder…")
         self.attach_folder.setToolTip("Add a folder's text files (hidden and build folders skipped)")
         self.attach_folder.clicked.connect(self._pick_folder)
-        ctx.addWidget(self.attach_files)
-        ctx.addWidget(self.attach_folder)
-        form.addRow("Context", ctx)
+        files.addWidget(self.attach_files)
+        files.addWidget(self.attach_folder)
+        files.addStretch(1)
+        form.addRow("Attach", files)
         lay.addLayout(form)
         self.set_context(0, 0)
 
@@ -97,7 +103,7 @@ class ChatControls(QFrame):
                 self.system_prompt.setPlainText(g.system_prompt)
             self.temperature.setValue(g.temperature)
             self.top_p.setValue(g.top_p)
-            self.seed.setValue(max(-1, min(g.seed, self.seed.maximum())))
+            self.seed.setValue(max(-1, min(g.seed, self.seed.maximum())))  # a larger stored seed is capped
             self.max_tokens.setValue(g.max_tokens)
         finally:
             self._loading = False

@@ -57,9 +57,11 @@ class ChatView(QWidget):
         self.backend_label.setObjectName("warning")
         # Long model names must not widen the chat pane (and squeeze the side panels).
         self.backend_label.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Preferred)
+        self.backend_label.setMinimumWidth(1)  # may be cut on a narrow window; the status bar says it whole
         top.addWidget(self.backend_label)
         top.addSpacing(12)
-        top.addWidget(QLabel("Reasoning:"))
+        self.effort_label = QLabel("Reasoning:")
+        top.addWidget(self.effort_label)
         self.effort = QComboBox()
         for e in EFFORTS:
             self.effort.addItem(e.title(), e)

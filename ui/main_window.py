@@ -68,8 +68,9 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
         self.splitter.setSizes([250, 790, 360])
-        self.sidebar.setMinimumWidth(160)
-        self.chat.setMinimumWidth(380)  # the splitter then takes room from the side panels, not the chat
+        self.sidebar.setMinimumWidth(140)
+        # the splitter then takes room from the side panels, never overlapping the chat's own minimum
+        self.chat.setMinimumWidth(self.chat.minimumSizeHint().width())
         # as wide as the panels' narrowest layout, so nothing in them is ever cut off at the side
         self.right_scroll.setMinimumWidth(max(280, right.minimumSizeHint().width()
                                               + self.right_scroll.verticalScrollBar().sizeHint().width() + 2))

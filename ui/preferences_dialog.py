@@ -256,9 +256,9 @@ class PreferencesDialog(QDialog):
         self.top_p.setValue(g.top_p)
         gform.addRow("Top-p", self.top_p)
         self.seed = QSpinBox()
-        self.seed.setRange(-1, 2**31 - 1)
+        self.seed.setRange(-1, 999_999_999)  # as the chat controls
         self.seed.setSpecialValueText("random")
-        self.seed.setValue(max(-1, min(g.seed, 2**31 - 1)))
+        self.seed.setValue(max(-1, min(g.seed, 999_999_999)))
         gform.addRow("Seed", self.seed)
         self.system_prompt = QPlainTextEdit(g.system_prompt)
         self.system_prompt.setPlaceholderText("Instructions every new chat starts with (empty = none)")

@@ -66,8 +66,8 @@ class GenerationDefaults:
             out.append(f"Temperature must be between 0 and 2 (got {self.temperature:g}).")
         if not 0.0 < self.top_p <= 1.0:
             out.append(f"Top-p must be above 0 and at most 1 (got {self.top_p:g}).")
-        if not -1 <= self.seed < 2**63:
-            out.append(f"Seed must be -1 (random) or a non-negative integer (got {self.seed}).")
+        if not -1 <= self.seed <= 999_999_999:
+            out.append(f"Seed must be -1 (random) or 0 … 999,999,999 (got {self.seed}).")
         return out
 
     def params(self) -> GenerationParams:

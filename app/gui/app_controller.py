@@ -211,6 +211,7 @@ class AppController(QObject):
         self.window.chat.set_can_send(ok, "" if ok else why)
 
     def _engine_loaded(self, engine: Any) -> None:
+        self.chat.model_name = engine.info.name
         self._update_backend_label()
         self.window.residency.set_backend_note(engine.info.backend_note)
 

@@ -138,6 +138,7 @@ class ChatController(QObject):
         self.last_done: Done | None = None
         self.search_text = ""
         self.backend_name = ""  # recorded in each answer's metadata
+        self.model_name = ""  # the loaded model's name (exports name it)
         self.can_generate: Callable[[], tuple[bool, str]] = lambda: (True, "")
 
         chat.sendRequested.connect(self.send)
@@ -270,7 +271,10 @@ class ChatController(QObject):
         cid = cid or self.current_id
         if cid is None:
             return ""
-        return conversation_markdown(self.store.conversation(cid).title, self.store.thread(cid), self.backend_name)
+        tree = self.store.tree(cid)
+        thread = tree.path_to(self.store.conversation(cid).leaf_id)
+        return conversation_markdown(self.store.conversation(cid).title, thread, self.model_name, self.backend_name,
+                                     len(tree.by_id) - len(thread))
 
     def set_effort(self, effort: str) -> None:
         self.gen = replace(self.gen, reasoning_effort=effort)

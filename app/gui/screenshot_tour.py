@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.gui.engine_host import ERROR, READY
-from ui.qt import QApplication, QWidget
+from ui.qt import QApplication, QTabWidget, QWidget
 
 if TYPE_CHECKING:
     from app.gui.app_controller import AppController
@@ -64,6 +64,15 @@ async def run_tour(c: AppController, out: Path, answer_tokens: int = 200) -> lis
     await wait_until(lambda: not c.chat.generating, 600, "the answer to finish")
     await asyncio.sleep(0.4)
     shots.append(save(w, out / "main-window.png"))
+    w.chat.controls_btn.setChecked(True)  # the chat controls of this conversation
+    await asyncio.sleep(0.3)
+    shots.append(save(w, out / "chat-controls.png"))
+    w.chat.controls_btn.setChecked(False)
+    w.resize(900, 600)  # the narrow window of issue 21 point 4
+    await asyncio.sleep(0.5)
+    shots.append(save(w, out / "narrow-900x600.png"))
+    w.resize(1440, 900)
+    await asyncio.sleep(0.3)
 
     dlg = c.open_preferences(modal=False)
     dlg.adjustSize()
@@ -73,6 +82,14 @@ async def run_tour(c: AppController, out: Path, answer_tokens: int = 200) -> lis
     dlg.preset.setCurrentIndex(optimized)
     await asyncio.sleep(0.2)
     shots.append(save(dlg, out / "preferences-optimized.png"))
+    dlg.fields["cpu_threads"].setValue(512)  # a refusal, explained in the dialog
+    await asyncio.sleep(0.2)
+    shots.append(save(dlg, out / "preferences-refusal.png"))
+    tabs = dlg.findChild(QTabWidget)
+    if tabs is not None:
+        tabs.setCurrentIndex(1)
+    await asyncio.sleep(0.2)
+    shots.append(save(dlg, out / "preferences-generation.png"))
     dlg.close()
 
     previous = c.settings.theme

@@ -56,6 +56,12 @@ def test_right_panel_not_clipped(qtbot, size):
         QApplication.processEvents()
     assert not _clipped(w.right_scroll)
     assert w.chat.title.width() >= 90 and w.chat.title.isVisible()
+    # the chat is not overlapped by the side panels (its own minimum fits), chat settings open too
+    assert w.chat.width() >= w.chat.minimumSizeHint().width()
+    w.chat.controls_btn.setChecked(True)
+    QApplication.processEvents()
+    assert w.chat.width() >= w.chat.minimumSizeHint().width()
+    assert sum(w.splitter.sizes()) <= w.splitter.width()
     # the API switch is in view without scrolling
     sw = w.api_panel.switch
     pos = sw.mapTo(w.right_scroll.viewport(), sw.rect().bottomLeft())

@@ -115,6 +115,9 @@ def test_regenerate_edit_and_switch_branches(qtbot, make_app):
     assert len(c.store.messages(cid)) == 5
     md = c.chat.export_markdown(cid)
     assert md.startswith("# First question") and "## You" in md and "## Assistant" in md
+    # the model by its name, the engine apart, and what the export leaves out (other branches)
+    assert f"model: {c.host.engine.info.name}" in md and "engine: " in md
+    assert "3 message(s) on other branches not included" in md
 
 
 def test_conversation_resumes_after_restart_without_reprocessing(qtbot, make_app, tmp_path):
