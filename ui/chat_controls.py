@@ -66,8 +66,10 @@ class ChatControls(QFrame):
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(1, 131072)
         self.max_tokens.setToolTip("Longest answer (reasoning included), in tokens")
-        for i, (label, w) in enumerate((("Temperature", self.temperature), ("Top-p", self.top_p), ("Seed", self.seed),
-                                        ("Max tokens", self.max_tokens))):
+        pairs: tuple[tuple[str, QSpinBox | QDoubleSpinBox], ...] = (
+            ("Temperature", self.temperature), ("Top-p", self.top_p), ("Seed", self.seed),
+            ("Max tokens", self.max_tokens))
+        for i, (label, w) in enumerate(pairs):
             row.addWidget(QLabel(label), i // 2, 2 * (i % 2))
             row.addWidget(w, i // 2, 2 * (i % 2) + 1)
             w.valueChanged.connect(self._emit)
