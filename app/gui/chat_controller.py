@@ -468,6 +468,12 @@ class ChatController(QObject):
             "backend": self.backend_name,
         }
         note = s.note
+        if s.state_note.startswith("Resumed from saved state") and u.prompt_tokens:
+            # what was really reused, from the engine's count (the saved state can hold more tokens
+            # than the new prompt shares with it)
+            resumed = (f"Resumed from saved state: {u.cached_tokens:,} tokens of history reused, "
+                       f"{u.prompt_tokens - u.cached_tokens:,} processed.")
+            note = note.replace(s.state_note, resumed, 1) if s.state_note in note else resumed
         if done.finish_reason == "cancelled" and not (s.content or s.reasoning):
             note = (note + " " if note else "") + "Stopped before any text was generated."
         elif s.reasoning and not s.content and not s.tool_calls and not done.error:

@@ -153,6 +153,10 @@ def test_conversation_resumes_after_restart_without_reprocessing(qtbot, make_app
     assert done.usage.cached_tokens >= first_prompt
     meta = c2.store.thread(cid)[-1].meta
     assert meta.get("note", "").startswith("Resumed from saved state")
+    # the notice gives the engine's own counts, not the saved state's size (issue 21 point 10)
+    u = done.usage
+    assert (f"{u.cached_tokens:,} tokens of history reused, {u.prompt_tokens - u.cached_tokens:,} processed"
+            in meta["note"])
 
 
 def test_missing_state_is_reprocessed_and_said(qtbot, make_app, tmp_path):
