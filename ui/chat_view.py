@@ -226,6 +226,17 @@ class ChatView(QWidget):
         self._stick_to_bottom = True
         self._scroll_to_bottom()
 
+    def set_renderer(self, renderer: MarkdownRenderer) -> None:
+        """A new theme: every message is rendered again with its colours (code blocks included)."""
+        self.renderer = renderer
+        vms = [w.vm for w in self.widgets]
+        for w in self.widgets:
+            self.column_layout.removeWidget(w)
+            w.deleteLater()
+        self.widgets = []
+        for vm in vms:
+            self._add(vm)
+
     def append_message(self, vm: MessageViewModel) -> MessageWidget:
         self.empty_label.setVisible(False)
         self._stick_to_bottom = True

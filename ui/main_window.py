@@ -123,7 +123,7 @@ class MainWindow(QMainWindow):
         """Colours used by HTML and custom painting (the palette itself is application-wide)."""
         self.theme = theme
         self.renderer = MarkdownRenderer(theme)
-        self.chat.renderer = self.renderer
+        self.chat.set_renderer(self.renderer)
         self.residency.set_theme(theme)
         self.engine_status.theme = theme
 

@@ -101,3 +101,15 @@ def test_residency_screenshot_from_recorded_gpu_telemetry(qtbot, tmp_path):
     assert len(colours) >= 4, colours  # heat-shaded slots, not a blank or single-colour box
     assert QColor(LIGHT.slot_free).name() in colours or len(colours) > 8
     assert "%" in p.values["hit"].text() and "tok/s" in p.values["decode"].text()
+
+
+def test_theme_switch_renders_code_blocks_in_the_new_colours(qtbot):
+    from ui.message_view import MessageViewModel
+    from ui.theme import DARK
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.chat.append_message(MessageViewModel("a1", "assistant", content="```python\nx = 1\n```"))
+    w.set_theme(DARK)
+    html = w.chat.widgets[0].body.toHtml().lower()
+    assert DARK.code_bg.lower() in html
