@@ -6,10 +6,20 @@ packs a kernel built beforehand (native/_neural_native*.pyd|.so) instead: the Wi
 """
 
 import os
+from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
+
+
+class BuildPyWithPrebuiltKernel(build_py):
+    def run(self) -> None:
+        super().run()
+        for f in sorted(Path("native").glob("_neural_native*.pyd")) + sorted(Path("native").glob("_neural_native*.so")):
+            self.copy_file(str(f), str(Path(self.build_lib) / "native" / f.name))
+
 
 if os.environ.get("NEURAL_NATIVE_PREBUILT") == "1":
-    setup(package_data={"native": ["_neural_native*.pyd", "_neural_native*.so"]})
+    setup(cmdclass={"build_py": BuildPyWithPrebuiltKernel})
 else:
     setup(cffi_modules=["native/build_native.py:ffibuilder"])

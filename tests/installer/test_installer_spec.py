@@ -104,6 +104,12 @@ def test_bundle_carries_the_demo_model(linux_build):
     assert (ROOT / "resources" / "demo-model" / "config.json").is_file()
 
 
+def test_bundle_carries_package_metadata_read_at_import(linux_build):
+    # llguidance calls importlib.metadata.version("llguidance") when imported (engine/grammar)
+    dests = [dest for _, dest in analysis(linux_build)["datas"]]
+    assert any(d.startswith("llguidance-") and d.endswith(".dist-info") for d in dests), dests
+
+
 def test_bundle_carries_the_native_kernel(linux_build):
     bins = analysis(linux_build)["binaries"]
     assert bins and all(dest == "native" for _, dest in bins)
