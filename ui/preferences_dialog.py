@@ -31,6 +31,7 @@ from ui.qt import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QTabWidget,
     QValidator,
@@ -235,6 +236,7 @@ class PreferencesDialog(QDialog):
         g = values.generation
         note = QLabel("Defaults for new chats; each chat can change them under “Chat settings”.")
         note.setObjectName("hint")
+        note.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)  # not stretched to fill the tab
         gform.addRow(note)
         self.effort = QComboBox()
         for key in ("low", "medium", "high"):
