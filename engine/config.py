@@ -8,7 +8,6 @@ inconsistent config is turned into a message that names the file and the key.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,33 +205,3 @@ class ModelConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: top level must be a JSON object")
         return cls.from_dict(data, source=str(path))
-
-
-def yarn_inv_freq(cfg: ModelConfig) -> tuple[list[float], float]:
-    """Per-pair inverse frequencies and the attention concentration (YaRN mscale).
-
-    Returned as Python floats so the reference, the Triton core and tests share one
-    definition; callers build fp32 tensors from them.
-    """
-    d = cfg.head_dim
-    base = cfg.rope_theta
-    rs = cfg.rope_scaling
-    freq = [base ** (2 * i / d) for i in range(d // 2)]
-    if rs.rope_type != "yarn" or rs.factor == 1.0:
-        return [1.0 / f for f in freq], 1.0
-    orig = rs.original_max_position_embeddings
-
-    def dim_for(rot: float) -> float:
-        return d * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = dim_for(rs.beta_fast), dim_for(rs.beta_slow)
-    if rs.truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, d - 1)
-    if low == high:
-        high += 0.001
-    inv = []
-    for i, f in enumerate(freq):
-        ramp = min(max((i - low) / (high - low), 0.0), 1.0)
-        inv.append((1.0 / (rs.factor * f)) * ramp + (1.0 / f) * (1.0 - ramp))
-    return inv, 0.1 * math.log(rs.factor) + 1.0

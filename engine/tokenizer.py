@@ -15,13 +15,16 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-# The 21 specials of o200k_harmony in id order starting at 199998 (gpt-oss-facts §5).
+# The first 21 specials of o200k_harmony in id order starting at 199998, named as tiktoken and
+# openai-harmony name them (gpt-oss-facts §5; HF's tokenizer.json calls 200018 <|endofprompt|>, a
+# name o200k_harmony does not have). The real tokenizer reserves every id up to 201087
+# (engine/synth/o200k.py builds it).
 HARMONY_SPECIALS: tuple[str, ...] = (
     "<|startoftext|>", "<|endoftext|>", "<|reserved_200000|>", "<|reserved_200001|>",
     "<|return|>", "<|constrain|>", "<|reserved_200004|>", "<|channel|>", "<|start|>",
     "<|end|>", "<|message|>", "<|reserved_200009|>", "<|reserved_200010|>",
     "<|reserved_200011|>", "<|call|>", "<|reserved_200013|>", "<|reserved_200014|>",
-    "<|reserved_200015|>", "<|reserved_200016|>", "<|reserved_200017|>", "<|endofprompt|>",
+    "<|reserved_200015|>", "<|reserved_200016|>", "<|reserved_200017|>", "<|reserved_200018|>",
 )
 
 
@@ -122,5 +125,5 @@ def train_byte_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
         for j, s in enumerate(HARMONY_SPECIALS)
     ]
     out = Tokenizer.from_str(json.dumps(data))
-    assert out.token_to_id("<|endofprompt|>") == n_model + len(HARMONY_SPECIALS) - 1
+    assert out.token_to_id(HARMONY_SPECIALS[-1]) == n_model + len(HARMONY_SPECIALS) - 1
     return out

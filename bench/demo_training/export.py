@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 from engine.checkpoint import SINGLE_NAME, expected_tensors
-from engine.config import ModelConfig, yarn_inv_freq
+from engine.config import ModelConfig
 from engine.mxfp4 import quantize_codes
+from engine.reference import yarn_inv_freq
 from engine.safetensors_io import TensorSpec, write_safetensors
 from engine.synth import _bf16_bits
 

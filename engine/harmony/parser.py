@@ -8,13 +8,22 @@ inside an assistant header. Grammar per message::
 where END is ``<|end|>`` (another message follows), ``<|call|>`` or ``<|return|>``.
 
 ``analysis``/``final`` text and recipient-less ``commentary`` (a user-visible preamble) are
-streamed as :class:`TextDelta`; a message addressed ``to=functions.NAME`` is collected and
-emitted as one :class:`ToolCallEvent` when it ends. ``<|return|>`` and ``<|call|>`` stop
-the stream (``stop_reason`` "stop" / "tool_calls"); later tokens are ignored.
+streamed as :class:`TextDelta`; an assistant message addressed ``to=functions.NAME`` is
+collected and emitted as one :class:`ToolCallEvent` when it ends. ``<|return|>`` and
+``<|call|>`` stop the stream; later tokens are ignored. The stop reason is "tool_calls" only
+when the stream made a tool call (``Hello<|call|>`` is a plain "stop").
 
-Malformed output never raises: text outside any message, headers that never reach
-``<|message|>`` and unknown channels all degrade to plain text on the ``final`` channel;
-unexpected special tokens inside text are dropped.
+Only the assistant speaks here: a message whose header names another author (``user``,
+``system``, ``developer``, a tool such as ``functions.x``) is the model writing someone else's
+turn, so the assistant's turn ends there ("stop") and that message is never shown or called.
+
+Malformed output never raises, and text is never lost: text the model writes before any
+header (``Sure.<|return|>``, ``I must refuse<|end|>…``) is a message of its own, as in
+openai-harmony's non-strict StreamableParser (``<|channel|>analysis I must refuse<|end|>``
+keeps the channel); text outside any message, headers that never reach ``<|message|>`` on
+the first line and unknown channels all degrade to plain text on the ``final`` channel;
+unexpected special tokens inside text are dropped. A header cut off by the end of the stream
+(or one after ``<|start|>`` that a stop token cuts) shows nothing.
 """
 
 from __future__ import annotations
@@ -61,7 +70,9 @@ def parse_header(text: str) -> Header:
     for word in role_words + channel_words:
         if word.startswith("to=") and len(word) > 3:
             recipient = word[3:]
-    role = next((w for w in role_words if not w.startswith("to=")), "assistant")
+    # The author is the header's first word; a header that starts with its recipient or its
+    # channel (the role left out) is the assistant's.
+    role = role_words[0] if role_words and not role_words[0].startswith("to=") else "assistant"
     channel_name = next((w for w in channel_words if not w.startswith("to=")), "")
     channel: Channel
     if channel_name in _CHANNELS:
@@ -107,15 +118,14 @@ class HarmonyStreamParser:
         if self.done or not 0 <= token_id < self._vocab_size:
             return []
         sp = self._sp
-        if token_id in (sp.return_, sp.call, sp.endoftext):
-            events = self._end_message()
-            self._stop_reason = "tool_calls" if token_id == sp.call else "stop"
-            return events
-        if token_id == sp.end:
-            return self._end_message()
-        if token_id == sp.start:
-            events = self._end_message()
-            self._begin_header()
+        if token_id in (sp.return_, sp.call, sp.endoftext, sp.end, sp.start):
+            events = self._close_header() if self._state == "header" else []
+            events += self._end_message()
+            if token_id in (sp.return_, sp.call, sp.endoftext):
+                # <|call|> after a message that called nothing is a plain end of the turn
+                self._stop_reason = "tool_calls" if token_id == sp.call and self.tool_calls else "stop"
+            elif token_id == sp.start:
+                self._begin_header()
             return events
         if self._state == "header":
             return self._feed_header(token_id)
@@ -154,7 +164,10 @@ class HarmonyStreamParser:
         self._header_len += 1
         if token_id == sp.message:
             self._flush_header_segment()
-            self._open_message(parse_header(self._header_text))
+            header = parse_header(self._header_text)
+            if self._header_after_start and header.role != "assistant":
+                return self._foreign_author()
+            self._open_message(header)
             return []
         if token_id == sp.channel:
             self._flush_header_segment()
@@ -166,21 +179,64 @@ class HarmonyStreamParser:
             self._header_ids.append(token_id)
             self._header_text_ids.append(token_id)
         if self._header_len > MAX_HEADER_TOKENS or self._header_has_newline():
+            if self._header_author_is_foreign():
+                return self._foreign_author()
             return self._degrade_header()
         return []
 
     def _looks_like_cut_header(self) -> bool:
         """Whether the pending header is a real one cut off by the end of the stream (drop it)
-        rather than text written without any harmony structure (show it)."""
+        rather than text written without any harmony structure (show it). After ``<|start|>``
+        it always is: the assistant's header cut short, or another author's (never shown)."""
         self._flush_header_segment()
+        if self._header_after_start:
+            return True
         if _CHANNEL_MARK in self._header_text or _CONSTRAIN_MARK in self._header_text:
             return True
         words = self._header_text.split()
-        if not words or words[0].startswith("to="):
-            return True
-        if not self._header_after_start:  # the prompt already gave the role
+        return not words or words[0].startswith("to=")
+
+    def _foreign_author(self) -> list[ParserEvent]:
+        """The model began a message by another author (a user turn, a tool result): the
+        assistant's turn is over. Nothing of that message is shown."""
+        self._state = "between"
+        self._header = None
+        self._stop_reason = "stop"
+        return []
+
+    def _header_author_is_foreign(self) -> bool:
+        if not self._header_after_start:  # the prompt's <|start|>assistant gave the first role
             return False
-        return words[0].startswith("assistant") or (len(words) == 1 and "assistant".startswith(words[0]))
+        self._flush_header_segment()
+        return parse_header(self._header_text).role != "assistant"
+
+    def _close_header(self) -> list[ParserEvent]:
+        """A stop, ``<|end|>`` or ``<|start|>`` token arrived before the header's ``<|message|>``.
+
+        The first header (right after the prompt) was text the model wrote without a header:
+        it becomes a message of its own, as in openai-harmony's non-strict parser — a channel
+        named after ``<|channel|>`` is kept, the rest is the text. Headers with a
+        ``<|constrain|>`` or starting with a recipient were cut-off tool calls, and a header
+        after ``<|start|>`` never reached its text: those show nothing."""
+        self._flush_header_segment()
+        text = self._header_text
+        self._header_text, self._header_ids = "", []
+        if self._header_after_start or _CONSTRAIN_MARK in text:
+            return []
+        role_part, mark, channel_part = text.partition(_CHANNEL_MARK)
+        channel_name = ""
+        if mark:
+            stripped = channel_part.lstrip()
+            channel_name = stripped.split(maxsplit=1)[0] if stripped.split() else ""
+            channel_part = stripped[len(channel_name):]
+        body = (role_part + channel_part).strip()
+        words = body.split(maxsplit=1)
+        if words and words[0] == "assistant":
+            body = words[1] if len(words) > 1 else ""
+        if not body or body.startswith("to="):
+            return []
+        channel: Channel = channel_name if channel_name in _CHANNELS else "final"  # type: ignore[assignment]
+        return [TextDelta(channel, body)]
 
     def _header_has_newline(self) -> bool:
         if not self._header_ids:

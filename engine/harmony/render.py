@@ -2,8 +2,9 @@
 
 The rendering follows the harmony library, not the HF jinja template: one system
 message (identity, knowledge cutoff, date, reasoning effort, valid channels), a developer
-message with the instructions and the ``functions`` namespace, then the turns, with
-earlier turns' analysis dropped by harmony's ``auto_drop_analysis`` rule.
+message with the instructions and the ``functions`` namespace, then the turns, with the
+analysis of every turn that ended in a ``final`` message dropped (the harmony format docs'
+rule, see :func:`drop_earlier_analysis`).
 
 A rendering is first built as a list of pieces — ordinary text or a :class:`Special`
 formatting token — so the token and the string renderings cannot drift apart. Each text
@@ -144,14 +145,23 @@ def _assistant_messages(msg: Message) -> list[HarmonyMessage]:
 
 
 def drop_earlier_analysis(messages: list[HarmonyMessage]) -> list[HarmonyMessage]:
-    """harmony ``auto_drop_analysis``: once the last assistant message is on ``final``, drop
-    every analysis message before the first ``final`` message; otherwise keep all (the
-    analysis that led to pending tool calls must stay)."""
-    last_assistant = next((m for m in reversed(messages) if m.author == "assistant"), None)
-    if last_assistant is None or last_assistant.channel != "final":
-        return messages
-    first_final = next(i for i, m in enumerate(messages) if m.channel == "final")
-    return [m for i, m in enumerate(messages) if not (i < first_final and m.channel == "analysis")]
+    """Drop the chain of thought of every assistant turn that ended in a ``final`` message.
+
+    The harmony docs (format.md, "Handling reasoning output in subsequent sampling"): "drop any
+    previous CoT content on subsequent sampling if the responses by the assistant ended in a
+    message to the final channel"; the exception is tool calling, whose chain of thought goes
+    back in until the final message. So every analysis message before the last assistant
+    ``final`` message goes; analysis after it (a turn still working through tool calls) stays.
+
+    openai-harmony's ``auto_drop_analysis`` differs: it drops only when the very last assistant
+    message is ``final`` and only before the *first* ``final`` — a finished turn's analysis
+    comes back as soon as a later turn calls a tool, and from the third turn on the second's
+    stays. Here a finished turn renders the same in every later prompt, so the K/V cache keeps
+    everything up to the previous answer's header and a follow-up processes only that answer
+    (its analysis gone) and the new messages."""
+    last_final = max((i for i, m in enumerate(messages) if m.author == "assistant" and m.channel == "final"),
+                     default=-1)
+    return [m for i, m in enumerate(messages) if not (i < last_final and m.channel == "analysis")]
 
 
 def conversation_pieces(conv: Conversation, *, add_generation_prompt: bool = True,
@@ -168,7 +178,7 @@ def conversation_pieces(conv: Conversation, *, add_generation_prompt: bool = Tru
 
 
 def encode_pieces(pieces: list[Piece], tok: Tokenizer, sp: SpecialTokens) -> list[int]:
-    encoder = OrdinaryEncoder(tok)
+    encoder = OrdinaryEncoder.for_tokenizer(tok)
     ids: list[int] = []
     for p in pieces:
         if isinstance(p, Special):
@@ -201,4 +211,4 @@ def encode_completion_prompt(prompt: str, tok: Tokenizer, *, allow_special: bool
     the whole prompt is ordinary text."""
     if allow_special:
         return list(tok.encode(prompt, add_special_tokens=False).ids)
-    return OrdinaryEncoder(tok).encode(prompt)
+    return OrdinaryEncoder.for_tokenizer(tok).encode(prompt)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,9 @@ class SynthShape:
     sliding_window: int = 128
     rope_factor: float = 32.0
     original_context: int = 4096
+    # "o200k": the real gpt-oss tokenizer (engine/synth/o200k.py) when vocab_size is its 201,088;
+    # "synthetic" (or another vocab_size): a small byte-level BPE with the harmony specials.
+    tokenizer: str = "synthetic"
 
     def config_dict(self) -> dict[str, object]:
         n = self.num_hidden_layers
@@ -73,11 +77,13 @@ PRESETS: dict[str, SynthShape] = {
     # the bundled demo model (random weights): small enough to ship, big enough to look like a model
     "demo": SynthShape(128, 4, 16, 4, 4, 2, 32, 128, 1024, sliding_window=16),
     "small": SynthShape(256, 6, 16, 4, 8, 2, 32, 256, 1024, sliding_window=16),
-    "20b-shape": SynthShape(2880, 24, 32, 4, 64, 8, 64, 2880, 201088),
-    "120b-shape": SynthShape(2880, 36, 128, 4, 64, 8, 64, 2880, 201088),
+    # the real shapes speak the real vocabulary: prompts count the tokens gpt-oss would see
+    "20b-shape": SynthShape(2880, 24, 32, 4, 64, 8, 64, 2880, 201088, tokenizer="o200k"),
+    "120b-shape": SynthShape(2880, 36, 128, 4, 64, 8, 64, 2880, 201088, tokenizer="o200k"),
 }
 
 
 def shape_with(preset: str, **overrides: int) -> SynthShape:
     base = PRESETS[preset]
-    return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+    return replace(base, **changes)

@@ -12,12 +12,13 @@ so the bytes do not depend on the number of threads.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from .routing import DriftTables, RoutingSpec, token_topics
 from .shapes import SynthShape
 from .tensors import Chunks, _Fast, is_routing_tensor, producer
 
+log = logging.getLogger(__name__)
 GENERATOR = 2  # bumped when the bytes a (seed, shape, routing, fast) produces change
 NOTE = "random weights (synthetic checkpoint written by neural synth)"
 SMALL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
@@ -148,6 +150,54 @@ def _clear(out: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
+def uses_o200k(shape: SynthShape) -> bool:
+    from .o200k import VOCAB_SIZE
+
+    return shape.tokenizer == "o200k" and shape.vocab_size == VOCAB_SIZE
+
+
+def _resolve_tokenizer(shape: SynthShape) -> SynthShape:
+    """``shape`` with the tokenizer it really gets (SYNTHETIC.json records that one): the real
+    o200k when the vocabulary is its 201,088 ids and the cache folder can be had, else the
+    synthetic one — with a warning when o200k was asked for (a machine without quicktok-v1 /
+    transformers and no ``NEURAL_O200K_DIR``: prompts then count ~2.8x the real tokens)."""
+    if shape.tokenizer != "o200k":
+        return shape
+    if not uses_o200k(shape):
+        return replace(shape, tokenizer="synthetic")
+    from .o200k import O200kError, ensure_o200k
+
+    try:
+        ensure_o200k()
+    except O200kError as exc:
+        log.warning("real tokenizer unavailable (%s): writing the synthetic one", exc)
+        return replace(shape, tokenizer="synthetic")
+    return shape
+
+
+def _write_tokenizer(shape: SynthShape, out: Path) -> tuple[Callable[[str], int], Callable[[], Any]]:
+    """``tokenizer.json`` for ``shape`` in ``out``; returns (special token → id, the tokenizer).
+    The real o200k_harmony file is copied from its cache folder (built there once, see
+    engine/synth/o200k.py) and only parsed when asked for (drift routing): that takes seconds."""
+    if uses_o200k(shape):
+        from tokenizers import Tokenizer
+
+        from .o200k import N_RANKS, O200K_HARMONY_SPECIALS, tokenizer_json_path
+
+        src = tokenizer_json_path()
+        shutil.copyfile(src, out / "tokenizer.json")
+        return (lambda s: N_RANKS + O200K_HARMONY_SPECIALS.index(s)), (lambda: Tokenizer.from_file(str(src)))
+    tok = build_synthetic_tokenizer(shape.vocab_size)
+    tok.save(str(out / "tokenizer.json"))
+
+    def special_id(s: str) -> int:
+        i = tok.token_to_id(s)
+        assert i is not None, s
+        return int(i)
+
+    return special_id, (lambda: tok)
+
+
 def write_synthetic_checkpoint(out_dir: str | Path, shape: SynthShape, seed: int = 0, skew: float | None = None,
                                max_shard_bytes: int = 2 << 30, fast: bool = False,
                                progress: Callable[[int, int], None] | None = None,
@@ -159,27 +209,27 @@ def write_synthetic_checkpoint(out_dir: str | Path, shape: SynthShape, seed: int
     is called as data is written.
     """
     spec = routing if isinstance(routing, RoutingSpec) else RoutingSpec.resolve(routing, skew)
+    shape = _resolve_tokenizer(shape)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cdict = shape.config_dict()
     cfg = ModelConfig.from_dict(cdict)
-    tok = build_synthetic_tokenizer(shape.vocab_size)
-    tok.save(str(out / "tokenizer.json"))
+    special_id, tokenizer = _write_tokenizer(shape, out)
     (out / "tokenizer_config.json").write_text(json.dumps({
         "bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>",
         "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
         "model_input_names": ["input_ids", "attention_mask"],
     }, indent=2))
-    ret, call, eot = (tok.token_to_id(s) for s in ("<|return|>", "<|call|>", "<|endoftext|>"))
+    ret, call, eot = (special_id(s) for s in ("<|return|>", "<|call|>", "<|endoftext|>"))
     cdict["eos_token_id"] = ret
     cdict["pad_token_id"] = eot
     (out / "config.json").write_text(json.dumps(cdict, indent=2))
     (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": tok.token_to_id("<|startoftext|>"), "eos_token_id": [ret, eot, call],
+        {"bos_token_id": special_id("<|startoftext|>"), "eos_token_id": [ret, eot, call],
          "pad_token_id": eot, "do_sample": True}, indent=2))
     (out / "SYNTHETIC.json").write_text(_synthetic_json(shape, seed, spec, fast))
 
-    texts = _token_texts(tok, shape.vocab_size) if spec.mode == "drift" else []
+    texts = _token_texts(tokenizer(), shape.vocab_size) if spec.mode == "drift" else []
     tensors = _tensors(cfg, shape, seed, spec, fast, texts)
     shards = _plan(tensors, max_shard_bytes)
     names = _shard_names(len(shards))

@@ -1,8 +1,9 @@
 """The native expert kernel against NumPy references, on every ISA path this CPU has.
 
-Tolerance against the float64 oracle (moe64): max |kernel - ref| <= 1e-5 * max(1, max |ref|) for
-scales in the normal range. Observed errors are ~1e-7 relative; fp32 accumulation over <= 160
-inputs per row with 16 lanes cannot exceed ~1e-6. Against the same-order fp32 reference (moe32)
+Tolerance against the float64 oracle (moe64): max |kernel - ref| <= 1e-5 * max |ref| (relative, no
+absolute floor: small outputs are held to the same bound) for scales in the normal range. Observed
+errors are ~1e-7 relative; fp32 accumulation over <= 160 inputs per row with 16 lanes cannot
+exceed ~1e-6. Against the same-order fp32 reference (moe32)
 the results must be bit-identical. Both input modes are tested: fp32 inputs as given, and bf16
 inputs (x and the SwiGLU activation rounded to bf16; the oracle rounds them the same way).
 """
@@ -82,7 +83,7 @@ def test_moe_token_matches_references(kernel: NativeKernel, isa: str, fmt: str, 
             kernel.moe_token(ex.shape, ex.refs, w, x, out)
             assert R.bits_equal(out, R.moe32(parts, w, x, LIMIT, ALPHA, bf16)), f"{isa}/{fmt}: differs from order ref"
             ref = R.moe64(parts, w, x, LIMIT, ALPHA, bf16)
-            err = np.abs(out - ref).max() / max(1.0, np.abs(ref).max())
+            err = np.abs(out - ref).max() / np.abs(ref).max()
             assert err <= TOL64, f"{isa}/{fmt}: error {err:.3g} vs float64 reference"
 
 

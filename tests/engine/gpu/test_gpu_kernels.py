@@ -16,11 +16,11 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from engine.config import ModelConfig, yarn_inv_freq
+from engine.config import ModelConfig
 from engine.gpu.launch import Kernels, Tiles
 from engine.gpu.layout import ExpertLayout
 from engine.mxfp4 import dequantize
-from engine.reference import apply_rope, expert_forward, rms_norm, rope_cos_sin
+from engine.reference import apply_rope, expert_forward, rms_norm, rope_cos_sin, yarn_inv_freq
 from engine.synth import PRESETS
 
 CFG = ModelConfig.from_dict(PRESETS["tiny"].config_dict())
@@ -307,7 +307,21 @@ def test_greedy_ties_pick_lowest_index() -> None:
     assert int(tok_h[0]) == 17
 
 
-def test_rope_table_matches_reference_inv_freq() -> None:
-    inv, conc = yarn_inv_freq(CFG)
-    cos, _ = rope_cos_sin(CFG, torch.tensor([3]), torch.float32)
-    assert torch.allclose(cos[0], torch.cos(3 * torch.tensor(inv)) * conc)
+@pytest.mark.parametrize("preset", ["tiny", "120b-shape"])
+def test_rope_table_matches_transformers(preset: str) -> None:
+    """The cos/sin table the decode kernels read (GpuCore: rope_cos_sin in bf16, widened to fp32)
+    against transformers' GptOssRotaryEmbedding rounded to bf16, out to the full context."""
+    pytest.importorskip("transformers")
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssRotaryEmbedding
+
+    d = PRESETS[preset].config_dict()
+    cfg = ModelConfig.from_dict(d)
+    pos = torch.tensor([0, 1, 2, 3, 127, 128, 4095, 4096, 4097, 65_536, 131_071])
+    cos, sin = rope_cos_sin(cfg, pos, BF)
+    hc = GptOssConfig(**{k: v for k, v in d.items() if k != "quantization_config"})
+    hcos, hsin = GptOssRotaryEmbedding(hc)(torch.zeros(1, len(pos), 8, dtype=BF), pos[None])
+    half = cfg.head_dim // 2
+    assert torch.equal(cos.float(), hcos[0, :, :half].float()) and torch.equal(sin.float(), hsin[0, :, :half].float())
+    inv, _ = yarn_inv_freq(cfg)
+    assert len(inv) == half and hcos.shape[-1] >= half

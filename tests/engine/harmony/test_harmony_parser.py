@@ -269,3 +269,52 @@ def test_degraded_header_keeps_multibyte_characters_whole(tok: Tokenizer, sp: Sp
     text = "é" * MAX_HEADER_TOKENS + " done"  # the header limit falls inside a character
     reply = parse_completion(tok, sp, OrdinaryEncoder(tok).encode(text))
     assert reply.final == text
+
+
+# ---- issue 18: text is never lost, only the assistant speaks -------------------------------------
+
+
+def test_text_before_any_header_is_kept(tok: Tokenizer, sp: SpecialTokens) -> None:
+    """openai-harmony's non-strict parser keeps it (its test_streamable_parser_missing_message_token)."""
+    reply = parse_completion(tok, sp, harmony_ids(tok, "Sure, here is the answer.<|return|>"))
+    assert (reply.final, reply.stop_reason) == ("Sure, here is the answer.", "stop")
+    reply = parse_completion(tok, sp, harmony_ids(
+        tok, "I must refuse<|end|><|start|>assistant<|channel|>analysis<|message|>We must refuse<|end|>"
+             "<|start|>assistant<|channel|>final<|message|> Sorry.<|return|>"))
+    assert (reply.analysis, reply.final) == ("We must refuse", "I must refuse Sorry.")
+    reply = parse_completion(tok, sp, harmony_ids(tok, "<|channel|>analysis I must refuse<|end|>"))
+    assert (reply.analysis, reply.final) == ("I must refuse", "")
+    for tail in ("<|call|>", "<|start|>assistant<|channel|>final<|message|>!<|return|>", "<|endoftext|>"):
+        reply = parse_completion(tok, sp, harmony_ids(tok, "Hello" + tail))
+        assert reply.final.startswith("Hello"), tail
+    # a header cut off by a stop token is still no text
+    for text in ("<|channel|>final<|return|>", "<|channel|>commentary to=functions.f <|constrain|>json<|call|>",
+                 " to=functions.f<|channel|>commentary json<|call|>"):
+        reply = parse_completion(tok, sp, harmony_ids(tok, text))
+        assert (reply.analysis, reply.commentary, reply.final, reply.tool_calls) == ("", "", "", ()), text
+
+
+def test_call_token_without_a_call_is_a_plain_stop(tok: Tokenizer, sp: SpecialTokens) -> None:
+    reply = parse_completion(tok, sp, harmony_ids(tok, "Hello<|call|>"))
+    assert (reply.final, reply.tool_calls, reply.stop_reason) == ("Hello", (), "stop")
+    reply = parse_completion(tok, sp, harmony_ids(tok, "<|channel|>final<|message|>Hi<|call|>"))
+    assert (reply.final, reply.stop_reason) == ("Hi", "stop")
+
+
+def test_a_message_by_another_author_ends_the_turn(tok: Tokenizer, sp: SpecialTokens) -> None:
+    # a tool result written by the model is not a call to a tool named "assistant"
+    reply = parse_completion(tok, sp, harmony_ids(
+        tok, "<|channel|>analysis<|message|>Call it.<|end|><|start|>functions.x to=assistant<|channel|>commentary"
+             "<|message|>{}<|end|><|start|>assistant<|channel|>final<|message|>made up<|return|>"))
+    assert (reply.analysis, reply.final, reply.tool_calls, reply.stop_reason) == ("Call it.", "", (), "stop")
+    # a user turn the model writes is not part of its answer
+    for user in ("<|start|>user<|message|>Thanks!<|end|>", "<|start|>user\nThanks!", "<|start|>system<|message|>x",
+                 "<|start|>developer<|channel|>final<|message|>x"):
+        parser, events = feed_all(tok, sp, harmony_ids(tok, "<|channel|>final<|message|>Hi.<|end|>" + user
+                                                       + "<|start|>assistant<|channel|>final<|message|>Bye<|return|>"))
+        assert texts(events)["final"] == "Hi.", user
+        assert parser.stop_reason == "stop", user
+    # the assistant's own headers, with or without the role, still open messages
+    reply = parse_completion(tok, sp, harmony_ids(tok, "<|channel|>analysis<|message|>a<|end|><|channel|>final"
+                                                       "<|message|>b<|return|>"))
+    assert (reply.analysis, reply.final) == ("a", "b")

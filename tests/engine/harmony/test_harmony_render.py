@@ -95,13 +95,12 @@ def tool_turn_conversation() -> Conversation:
 
 
 def test_golden_full_conversation_with_tool_call() -> None:
-    # The last assistant message is a tool call, not a final: harmony drops no analysis,
-    # so even the first turn's reasoning stays.
+    # The first turn ended in a final message: its reasoning is dropped (harmony docs), even
+    # though the last assistant message is a tool call. The pending call's reasoning stays.
     expected = (
         SYSTEM_WITH_TOOLS
         + DEVELOPER_WITH_TOOLS
         + "<|start|>user<|message|>Hi<|end|>"
-        + "<|start|>assistant<|channel|>analysis<|message|>Greet back.<|end|>"
         + "<|start|>assistant<|channel|>final<|message|>Hello!<|end|>"
         + "<|start|>user<|message|>Weather in Paris?<|end|>"
         + "<|start|>assistant<|channel|>analysis<|message|>Call the tool.<|end|>"
@@ -139,18 +138,66 @@ def test_golden_analysis_dropped_once_turn_ended_in_final() -> None:
     assert render_text(conv) == expected
 
 
-def test_analysis_after_first_final_is_kept_like_harmony() -> None:
+def test_every_finished_turns_analysis_is_dropped() -> None:
     conv = Conversation(messages=(
         Message("user", "a"), Message("assistant", "A", reasoning="r1"),
         Message("user", "b"), Message("assistant", "B", reasoning="r2"),
+        Message("user", "c"),
     ), current_date="2025-01-01")
-    text = render_text(conv, add_generation_prompt=False)
-    assert "r1" not in text
+    text = render_text(conv)
+    assert "r1" not in text and "r2" not in text
     assert text.endswith(
-        "<|start|>user<|message|>b<|end|>"
-        "<|start|>assistant<|channel|>analysis<|message|>r2<|end|>"
-        "<|start|>assistant<|channel|>final<|message|>B<|end|>"
-    )
+        "<|start|>user<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>A<|end|>"
+        "<|start|>user<|message|>b<|end|><|start|>assistant<|channel|>final<|message|>B<|end|>"
+        "<|start|>user<|message|>c<|end|><|start|>assistant")
+
+
+def test_tool_turn_keeps_its_reasoning_until_its_final_then_drops_it() -> None:
+    call = ToolCall("c1", "get_weather", '{"city":"Oslo"}')
+    pending = (Message("user", "a"), Message("assistant", "A", reasoning="r1"), Message("user", "weather?"),
+               Message("assistant", "", reasoning="use the tool", tool_calls=(call,)),
+               Message("tool", "3C", tool_call_id="c1"))
+    text = render_text(Conversation(messages=pending, tools=(WEATHER,), current_date="2025-01-01"))
+    assert "r1" not in text and "use the tool" in text  # the finished turn's CoT stays dropped
+    done = (*pending, Message("assistant", "It is 3C.", reasoning="report it"), Message("user", "thanks"))
+    text = render_text(Conversation(messages=done, tools=(WEATHER,), current_date="2025-01-01"))
+    assert "r1" not in text and "use the tool" not in text and "report it" not in text
+    assert '{"city":"Oslo"}<|call|>' in text and "3C<|end|>" in text
+
+
+def _reused(cached: list[int], prompt: list[int]) -> int:
+    """The engine's prefix reuse (Engine.prefill): the common prefix, at least one token recomputed."""
+    common = 0
+    for a, b in zip(cached, prompt, strict=False):
+        if a != b:
+            break
+        common += 1
+    return min(common, len(prompt) - 1)
+
+
+def test_follow_up_processes_only_the_answer_and_the_new_message(tok: Tokenizer, sp: SpecialTokens) -> None:
+    """What the K/V cache holds after each turn (prompt + generated tokens up to the stop token)
+    against the next prompt: every earlier turn renders the same each time, so a follow-up
+    processes exactly the previous answer re-rendered (its analysis gone) and the new message."""
+    enc = OrdinaryEncoder(tok)
+    history: tuple[Message, ...] = ()
+    cached: list[int] = []
+    for i, (question, answer, reasoning) in enumerate([("2+2?", "4", "Easy sum."), ("3*3?", "9", "Product."),
+                                                        ("10-7?", "3", "Difference."), ("1+1?", "2", "Ones.")]):
+        history = (*history, Message("user", question))
+        prompt = render_conversation(Conversation(messages=history, current_date="2025-01-01"), tok, sp)
+        if i:
+            prev = history[-2]
+            new_part = ([*enc.encode("final"), sp.message, *enc.encode(prev.content), sp.end, sp.start,
+                         *enc.encode("user"), sp.message, *enc.encode(question), sp.end, sp.start,
+                         *enc.encode("assistant")])
+            assert len(prompt) - _reused(cached, prompt) == len(new_part), i
+            assert prompt[-len(new_part):] == new_part
+        reply = Message("assistant", answer, reasoning=reasoning)
+        generated = [sp.channel, *enc.encode("analysis"), sp.message, *enc.encode(reasoning), sp.end, sp.start,
+                     *enc.encode("assistant"), sp.channel, *enc.encode("final"), sp.message, *enc.encode(answer)]
+        cached = prompt + generated  # the stop token <|return|> is sampled, never fed back
+        history = (*history, reply)
 
 
 def test_preamble_next_to_tool_calls_goes_to_commentary() -> None:
