@@ -31,10 +31,14 @@ def test_15mib_body_does_not_stall_a_stream_or_health(make_server: Any, scripted
     stop = threading.Event()
 
     def read() -> None:
-        for _chunk in stream:
-            arrivals.append(time.monotonic())
-            if stop.is_set():
-                break
+        try:
+            for _chunk in stream:
+                arrivals.append(time.monotonic())
+                if stop.is_set():
+                    break
+        except openai.APIConnectionError:  # the test closes the stream under the reader at the end
+            if not stop.is_set():
+                raise
 
     reader = threading.Thread(target=read)
     reader.start()
