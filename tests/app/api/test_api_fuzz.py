@@ -153,11 +153,11 @@ def test_hostile_raw_bodies(fuzz_server: LiveServer, scripted: ScriptedEngine, p
     key = "messages" if "chat" in path else ("prompt" if path.endswith("/completions") else "input")
     cases = [
         deep(5000).encode(),
-        ('{"%s": %s}' % (key, deep(900))).encode(),
-        ('{"%s": "x", "temperature": 1e999}' % key).encode(),
-        ('{"%s": "x", "seed": %s}' % (key, "9" * 5000)).encode(),
-        ('{"%s": "\\ud800"}' % key).encode(),
-        ('{"\\udc00": 1, "%s": "x"}' % key).encode(),
+        (f'{{"{key}": {deep(900)}}}').encode(),
+        (f'{{"{key}": "x", "temperature": 1e999}}').encode(),
+        ('{{"{}": "x", "seed": {}}}'.format(key, "9" * 5000)).encode(),
+        (f'{{"{key}": "\\ud800"}}').encode(),
+        (f'{{"\\udc00": 1, "{key}": "x"}}').encode(),
         b'{"model": "\xff\xfe"}',
         b'\xef\xbb\xbf{"model": "m"}',
     ]
