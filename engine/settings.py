@@ -41,7 +41,9 @@ class EngineSettings:
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
     prompt_block: int = 4096
     gpu_prefill: bool = True  # prompts through the layer-major GPU path (False: token by token, for checks)
-    prompt_split: Literal["auto", "fixed"] = "auto"  # non-resident prompt experts: by measured rates, or <= 16 pairs
+    # non-resident prompt experts: "fixed" = groups of <= 16 pairs to the CPU (MEASURED as fast or faster on the
+    # H200 host, docs/perf-prompt.md), "auto" = the split from this machine's measured rates (split.py)
+    prompt_split: Literal["auto", "fixed"] = "fixed"
     warm_prompt: bool = True  # compile the prompt kernels and measure this machine's rates at load
     prefill_tiles: str = ""  # prompt kernel tiles, e.g. "gemm_m=64,gemm_p=32" (device sweeps; "" = the defaults)
     # RAM residency of the expert store (engine/residency)

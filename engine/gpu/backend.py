@@ -128,7 +128,7 @@ class GpuBackend:
         for n in (37, 64):  # odd and multiple-of-16 lengths
             self.prefill.run([0] * n, 0)
         self.prefill.last = None
-        if self.settings.prompt_split == "auto":
+        if self.settings.prompt_split == "auto":  # the rates matter only to the measured split
             if progress is not None:
                 progress("Measuring this machine's CPU and copy rates for prompts", 0.97)
             self.prefill.calibrate()
