@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -17,7 +17,8 @@ DEFAULT_STALL_TIMEOUT_S = 30.0
 class ServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT  # 0 picks a free port; ApiServer.port then reports it
-    api_key: str | None = None  # when set, every /v1 request needs "Authorization: Bearer <key>"
+    # when set, every /v1 request needs "Authorization: Bearer <key>"; kept out of repr so it is never printed
+    api_key: str | None = field(default=None, repr=False)
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API; empty = CORS off
     allowed_hosts: tuple[str, ...] = ()  # extra Host header names besides loopback (for LAN use)
     max_waiting: int = DEFAULT_QUEUE  # requests that may wait behind the running one before 429
