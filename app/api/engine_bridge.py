@@ -1,27 +1,30 @@
-"""The bridge between the synchronous engine and the asyncio server.
+"""The API's adapter to the one engine worker (app/core/engine_worker.py).
 
-``Engine.generate`` is a blocking generator and the engine runs one generation at a time,
-so a single dedicated worker thread drains a FIFO of jobs. Each job's events travel back to
-the event loop through ``loop.call_soon_threadsafe`` into an ``asyncio.Queue`` that the
-request handler iterates. The waiting line is bounded: a full line answers 429 at once,
-with a ``Retry-After`` from the measured generation time, rather than letting clients pile up
-behind a long generation. Cancelling a job (client
-gone) sets its :class:`CancelToken`, which the engine checks between tokens, and drops it
-from the line if it had not started yet.
+The engine runs one generation at a time for every front end, so the API does not own a thread:
+it submits jobs to the :class:`~app.core.engine_worker.EngineWorker` (the GUI's, when the desktop
+app serves the API; its own for ``neural serve``) and bridges each job's events to the event
+loop through ``loop.call_soon_threadsafe`` into an ``asyncio.Queue`` that the request handler
+iterates. The waiting line counts every front end's jobs: a full line answers 429 at once, with a
+``Retry-After`` from the measured generation time (QueuePolicy). Cancelling a job (client gone)
+sets its :class:`CancelToken`, which the engine checks between tokens and prompt layers, and
+drops it from the line if it had not started yet. A job names its conversation (a hash of its
+first messages), so its K/V survives another conversation running in between.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from engine.types import CancelToken, Done, Event, Usage
+from app.core.engine_worker import EngineWorker, QueueFull, WorkerStopped
+from app.core.engine_worker import Job as WorkerJob
+from engine.types import CancelToken, Done, Event
 
 from .errors import ApiError
 from .queue_policy import QueuePolicy
@@ -37,54 +40,47 @@ _END: Any = object()
 class Job:
     """One queued generation and the asyncio side of its event stream."""
 
-    def __init__(self, bridge: EngineBridge, work: Work, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, bridge: EngineBridge, loop: asyncio.AbstractEventLoop) -> None:
         self._bridge = bridge
-        self._work = work
         self._loop = loop
         self._events: asyncio.Queue[Any] = asyncio.Queue()
-        self.cancel_token = CancelToken()
         self.enqueued_at = time.monotonic()
         self.started = asyncio.Event()
         self.finished = False
-        self.started_at: float | None = None
+        self.core: WorkerJob | None = None
+
+    @property
+    def cancel_token(self) -> CancelToken:
+        assert self.core is not None
+        return self.core.cancel_token
+
+    @property
+    def started_at(self) -> float | None:
+        return self.core.started_at if self.core is not None else None
 
     # -- worker thread side --------------------------------------------------------------
     def _post(self, item: Any) -> None:
         try:
             self._loop.call_soon_threadsafe(self._events.put_nowait, item)
         except RuntimeError:  # loop closed: nobody is listening any more
-            self.cancel_token.cancel()
+            if self.core is not None:
+                self.core.cancel()
 
-    def _mark_started(self) -> None:
-        self.started_at = time.monotonic()
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self.started.set)
-
-    def _run(self) -> None:
-        saw_done = False
-        try:
-            for ev in self._work(self.cancel_token):
-                if isinstance(ev, Done):
-                    saw_done = True
-                self._post(ev)
-                if saw_done:
-                    break
-        except Exception as exc:  # the engine failed: report it as this job's result
-            log.exception("generation failed")
-            self._post(Done("error", Usage(), error=f"{type(exc).__name__}: {exc}"))
-            saw_done = True
-        if not saw_done:
-            if self.cancel_token.cancelled:
-                self._post(Done("cancelled", Usage()))
-            else:
-                self._post(Done("error", Usage(), error="the engine ended without a Done event"))
-        self._post(_END)
+    def _sink(self, ev: Event) -> None:
+        if not self.started.is_set():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self.started.set)
+        self._post(ev)
+        if isinstance(ev, Done):  # the worker's last call for this job
+            self._bridge._ended(self)
+            self._post(_END)
 
     # -- event loop side -----------------------------------------------------------------
     def cancel(self) -> None:
         """Stop this generation (within one token) or drop it from the line if still waiting."""
-        self.cancel_token.cancel()
-        self._bridge._discard(self)
+        if self.core is not None:
+            self.core.cancel()
+            self._bridge.worker_discard(self.core)
 
     def __aiter__(self) -> Job:
         return self
@@ -100,105 +96,97 @@ class Job:
 
 
 class EngineBridge:
-    """Owns the worker thread and the bounded FIFO in front of the engine."""
+    """The API's bounded, FIFO view of the shared engine worker."""
 
-    def __init__(self, max_waiting: int = 32) -> None:
+    def __init__(self, max_waiting: int = 32, worker: EngineWorker | None = None) -> None:
         if max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
         self.max_waiting = max_waiting
         self.policy = QueuePolicy(max_waiting)
         self.rejected = 0
-        self._cond = threading.Condition()
-        self._waiting: collections.deque[Job] = collections.deque()
-        self._running: Job | None = None
-        self._stopping = False
-        self._thread: threading.Thread | None = None
         self.completed = 0
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
+        self.worker = worker
+        self._owns_worker = worker is None
+        self._lock = threading.Lock()
+        self._mine: set[Job] = set()
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop_forever, name="neural-api-engine", daemon=True)
-        self._thread.start()
+
+    def start(self, engine: Any = None, states_dir: Path | None = None) -> None:
+        """Use the shared worker, or start this server's own around ``engine``."""
+        self._stopping = False
+        if self.worker is None:
+            # the policy decides admission; the worker's own limit only backs it up
+            self.worker = EngineWorker(engine, states_dir, max_waiting=self.max_waiting + 64)
+            self._owns_worker = True
+        self.worker.start()
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """Cancel everything and wait (off the event loop) for the worker to finish its token."""
-        with self._cond:
-            self._stopping = True
-            jobs = [*self._waiting, *([self._running] if self._running else [])]
-            self._waiting.clear()
-            self._cond.notify_all()
-        for job in jobs:
-            job.cancel_token.cancel()
-            if job is not self._running:
-                job._post(Done("cancelled", Usage(), error="server stopping"))
-                job._post(_END)
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            await asyncio.get_running_loop().run_in_executor(None, thread.join, timeout)
+        """Cancel this server's jobs; stop the worker if it is this server's own (off the loop)."""
+        self._stopping = True
+        with self._lock:
+            mine = list(self._mine)
+        for job in mine:
+            job.cancel()
+        worker = self.worker
+        if worker is not None and self._owns_worker:
+            self.worker = None
+            await asyncio.get_running_loop().run_in_executor(None, worker.stop, timeout)
 
-    def submit(self, work: Work, retry_key: str | None = None) -> Job:
+    def submit(self, work: Work, retry_key: str | None = None, conversation: str | None = None) -> Job:
         """Queue a generation; raises a 429 :class:`ApiError` when the line is full.
 
         ``retry_key`` identifies a request across client retries (a hash of its body): one that
         was refused keeps its place ahead of newcomers when it comes back (see QueuePolicy)."""
-        job = Job(self, work, asyncio.get_running_loop())
-        with self._cond:
-            if self._stopping or self._thread is None:
-                raise ApiError(503, "The server is shutting down; retry against a running server.",
-                               code="server_stopping")
-            busy = self._running is not None or bool(self._waiting)
+        worker = self.worker
+        if self._stopping or worker is None:
+            raise ApiError(503, "The server is shutting down; retry against a running server.", code="server_stopping")
+        job = Job(self, asyncio.get_running_loop())
+        with self._lock:
             now = time.monotonic()
-            running_for = now - self._running.started_at if self._running and self._running.started_at else 0.0
-            if busy and not self.policy.admit(len(self._waiting), retry_key, now):
-                wait = self.policy.retry_after(len(self._waiting), running_for, now, retry_key)
-                self.rejected += 1
-                raise ApiError(
-                    429,
-                    f"The engine is busy and {len(self._waiting)} request(s) are already waiting (limit "
-                    f"{self.max_waiting}, set with --queue). Retry in about {wait} s; this request keeps its "
-                    f"place in line if it is retried unchanged.",
-                    code="queue_full", headers={"Retry-After": str(wait)},
-                )
-            self._waiting.append(job)
-            self._cond.notify()
+            running = worker.running
+            busy = running is not None or worker.waiting > 0
+            running_for = now - running.started_at if running is not None and running.started_at else 0.0
+            if busy and not self.policy.admit(worker.waiting, retry_key, now):
+                raise self._full(worker.waiting, self.policy.retry_after(worker.waiting, running_for, now, retry_key))
+            job.core = WorkerJob(lambda _engine, cancel: work(cancel), job._sink, source="api",
+                                 conversation=conversation)
+            try:
+                worker.submit(job.core)
+            except QueueFull as exc:
+                raise self._full(exc.waiting, self.policy.retry_after(exc.waiting, running_for, now, retry_key)) \
+                    from None
+            except WorkerStopped:
+                raise ApiError(503, "The engine is not running; retry against a running server.",
+                               code="server_stopping") from None
+            self._mine.add(job)
         return job
 
-    def _discard(self, job: Job) -> None:
-        with self._cond:
-            if job in self._waiting:
-                self._waiting.remove(job)
-                job._post(Done("cancelled", Usage()))
-                job._post(_END)
+    def _full(self, waiting: int, wait: int) -> ApiError:
+        self.rejected += 1
+        return ApiError(
+            429,
+            f"The engine is busy and {waiting} request(s) are already waiting (limit {self.max_waiting}, set "
+            f"with --queue; the desktop app's generations count too). Retry in about {wait} s; this request "
+            "keeps its place in line if it is retried unchanged.",
+            code="queue_full", headers={"Retry-After": str(wait)},
+        )
+
+    def worker_discard(self, core: WorkerJob) -> None:
+        if self.worker is not None:
+            self.worker.discard(core)
+
+    def _ended(self, job: Job) -> None:  # on the worker thread
+        with self._lock:
+            self._mine.discard(job)
+            self.completed += 1
+            started = job.started_at
+            if started is not None:
+                self.policy.record_duration(time.monotonic() - started)
 
     @property
     def busy(self) -> bool:
-        return self._running is not None
+        return self.worker is not None and self.worker.busy
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
-
-    def _loop_forever(self) -> None:
-        while True:
-            with self._cond:
-                while not self._waiting and not self._stopping:
-                    self._cond.wait()
-                if self._stopping:
-                    return
-                job = self._waiting.popleft()
-                self._running = job
-            try:
-                if job.cancel_token.cancelled:
-                    job._post(Done("cancelled", Usage()))
-                    job._post(_END)
-                else:
-                    job._mark_started()
-                    job._run()
-            finally:
-                with self._cond:
-                    if job.started_at is not None:
-                        self.policy.record_duration(time.monotonic() - job.started_at)
-                    self._running = None
-                    self.completed += 1
+        return self.worker.waiting if self.worker is not None else 0

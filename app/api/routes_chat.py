@@ -48,7 +48,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     guide = await server.compile(engine, req.constraint, "response_format" if req.constraint and
                                  req.constraint.kind == "json" else "tool_choice", req.params.max_tokens)
     await server.check_conversation_fits(engine, req.conversation, "messages")
-    job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request)
+    job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request,
+                        req.conversation)
     reply = Reply(job, request.get(T0_KEY))
     server.track(request, reply, req.warnings)
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()), "model": server.model_id,

@@ -31,7 +31,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     guide = await server.compile(engine, req.constraint, "text.format" if req.constraint and
                                  req.constraint.kind == "json" else "tool_choice", req.params.max_tokens)
     await server.check_conversation_fits(engine, req.conversation, "input")
-    job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request)
+    job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request,
+                        req.conversation)
     reply = Reply(job, request.get(T0_KEY))
     server.track(request, reply, req.warnings)
     builder = ResponseBuilder()

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import hashlib
 import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -31,6 +33,7 @@ from .observe import REPLY_KEY, Metrics, add_warning_header, make_access_middlew
 from .security import CONFIG_KEY, MIDDLEWARES, add_cors_headers
 
 if TYPE_CHECKING:
+    from app.core.engine_worker import EngineWorker
     from engine.session import Engine
 
     from .reply import Reply
@@ -39,10 +42,15 @@ log = logging.getLogger(__name__)
 
 
 class ApiServer:
-    def __init__(self, engine: Engine | None, config: ServerConfig | None = None) -> None:
+    def __init__(self, engine: Engine | None, config: ServerConfig | None = None,
+                 worker: EngineWorker | None = None, states_dir: Path | None = None) -> None:
+        """``worker``: the desktop app's engine worker (one line for the GUI and the API); None runs
+        this server's own. ``states_dir``: where conversations' K/V states wait while another runs."""
         self.engine = engine
         self.config = config or ServerConfig()
-        self.bridge = EngineBridge(self.config.max_waiting)
+        self._worker = worker
+        self.states_dir = states_dir
+        self.bridge = EngineBridge(self.config.max_waiting, worker)
         self.started_at = time.time()
         self.requests_served = 0
         self._runner: web.AppRunner | None = None
@@ -69,7 +77,7 @@ class ApiServer:
         """Bind and start serving on the running loop; ``self.port`` is the bound port."""
         if self._runner is not None:
             return
-        self.bridge.start()
+        self.bridge.start(self.engine, self.states_dir)
         # handler_cancellation: a vanished client cancels its handler, which cancels the
         # generation instead of letting it run to max_tokens.
         # keepalive_timeout also closes a connection whose request head never completes (slow headers)
@@ -96,7 +104,7 @@ class ApiServer:
         await self.bridge.stop()
         if runner is not None:
             await runner.cleanup()
-        self.bridge = EngineBridge(self.config.max_waiting)  # a later start() gets a fresh worker
+        self.bridge = EngineBridge(self.config.max_waiting, self._worker)  # a later start() starts afresh
 
     @property
     def running(self) -> bool:
@@ -185,10 +193,12 @@ class ApiServer:
             self._grammars.popitem(last=False)
         return compiled
 
-    def submit(self, work: Work, request: web.Request | None = None) -> Job:
+    def submit(self, work: Work, request: web.Request | None = None, conversation: Conversation | None = None) -> Job:
+        """Queue a generation. ``conversation`` keys its K/V state by its first messages, so it is
+        restored after another conversation (an API client's or the GUI's) ran in between."""
         retry_key = request.get(BODY_HASH_KEY) if request is not None else None
         try:
-            job = self.bridge.submit(work, retry_key)
+            job = self.bridge.submit(work, retry_key, conversation_key(conversation) if conversation else None)
         except ApiError as exc:
             if exc.status == 429:
                 self.metrics.rejected.inc()
@@ -215,6 +225,15 @@ class ApiServer:
         }
 
 
+
+
+def conversation_key(conv: Conversation) -> str:
+    """A conversation's identity across its turns: its tools and first two messages (the system or
+    developer instructions and the first user message), hashed."""
+    head = [(m.role, m.content) for m in conv.messages[:2]]
+    tools = [(t.name, t.description, t.parameters) for t in conv.tools]
+    digest = hashlib.sha256(json.dumps([head, tools], sort_keys=True, default=str).encode()).hexdigest()
+    return f"api-{digest[:24]}"
 
 
 async def serve_forever(server: ApiServer) -> None:

@@ -112,7 +112,10 @@ def run(args: argparse.Namespace) -> int:
     engine = load_engine(args)
     if engine.info.note:
         print(f"[{engine.info.name}: {engine.info.note}]", file=sys.stderr)
-    server = ApiServer(engine, config)
+    from app.core.paths import AppPaths
+
+    # conversations' K/V states wait here while another conversation uses the engine
+    server = ApiServer(engine, config, states_dir=AppPaths.default().states_dir / "api")
 
     async def main() -> None:
         await server.start()

@@ -79,7 +79,7 @@ def state_file_name(key: str) -> str:
 
 
 class EngineWorker:
-    def __init__(self, engine: StatefulEngine, states_dir: Path | None = None, max_waiting: int = 32) -> None:
+    def __init__(self, engine: StatefulEngine | None, states_dir: Path | None = None, max_waiting: int = 32) -> None:
         if max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
         self.engine = engine
@@ -108,6 +108,12 @@ class EngineWorker:
     @property
     def waiting(self) -> int:
         return len(self._waiting)
+
+    def set_engine(self, engine: StatefulEngine | None) -> None:
+        """A (re)loaded engine holds no conversation yet; jobs submitted later run on it."""
+        with self._cond:
+            self.engine = engine  # type: ignore[assignment]
+            self._owner, self._owner_ids, self._owner_saved = None, [], True
 
     def add_listener(self, fn: Callable[[], None]) -> None:
         """``fn()`` runs (on any thread) whenever a job starts, ends or joins the line."""
@@ -237,6 +243,8 @@ class EngineWorker:
 
     def _swap_in(self, job: Job) -> None:
         key = job.conversation
+        if self.engine is None:
+            return
         if key is None:  # an unkeyed job replaces the engine's tokens: keep the owner's first
             self._save_owner()
             self._owner = None
@@ -255,7 +263,7 @@ class EngineWorker:
         self._owner, self._owner_ids, self._owner_saved = key, list(eng.cached_ids), True
 
     def _swap_out(self, job: Job, done: Done) -> None:
-        if job.conversation is None:
+        if job.conversation is None or self.engine is None:
             return
         self._owner, self._owner_ids = job.conversation, list(self.engine.cached_ids)
         self._owner_saved = False
@@ -263,7 +271,7 @@ class EngineWorker:
             self._save_owner()
 
     def _save_owner(self) -> None:
-        if self._owner is None or self._owner_saved or self.engine.cached_ids != self._owner_ids:
+        if self.engine is None or self._owner is None or self._owner_saved or self.engine.cached_ids != self._owner_ids:
             return
         path = self._state_path(self._owner)
         if path is None:

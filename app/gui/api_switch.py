@@ -10,6 +10,7 @@ from app.api import ApiServer, ServerConfig
 from ui.qt import QObject, Signal
 
 if TYPE_CHECKING:
+    from app.core.engine_worker import EngineWorker
     from engine.session import Engine
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class ApiSwitch(QObject):
         super().__init__(parent)
         self.server: ApiServer | None = None
         self.engine: Engine | None = None
+        self.worker: EngineWorker | None = None  # the window's engine worker: one line for the GUI and the API
         self.busy = False  # a start or stop is in flight
 
     @property
@@ -55,7 +57,7 @@ class ApiSwitch(QObject):
         self.busy = True
         try:
             cfg = ServerConfig(host=host, port=port, api_key=api_key or None, cors_origins=cors_origins)
-            server = ApiServer(self.engine, cfg)
+            server = ApiServer(self.engine, cfg, worker=self.worker)
             await server.start()
         except (OSError, ValueError) as exc:
             log.warning("API server did not start: %s", exc)

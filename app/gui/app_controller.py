@@ -61,6 +61,7 @@ class AppController(QObject):
 
         self.host.stateChanged.connect(self._host_state)
         self.host.loadProgress.connect(w.engine_status.set_progress)
+        self.api.worker = self.host.worker
         self.host.engineLoaded.connect(self.api.set_engine)
         self.host.engineLoaded.connect(self._engine_loaded)
 

@@ -1,9 +1,10 @@
-"""Owns the local engine for the GUI: loading with progress, one generation at a time, states.
+"""Owns the local engine for the GUI: loading with progress, generations, conversation states.
 
-Everything slow (Engine.load, Engine.generate, save/restore of conversation state) runs in a
-:class:`~app.gui.tasks.BackgroundTask`; results come back by signal. The host also keeps each
-conversation's K/V state on disk so a conversation resumes after a restart without
-reprocessing its history.
+Loading runs in a :class:`~app.gui.tasks.BackgroundTask`; generations go to the one engine
+worker (app/core/engine_worker.py), which the local API shares, and come back by signal
+(app/gui/worker_run.py). The worker keeps each conversation's K/V state on disk, so a
+conversation resumes after a restart, or after an API client used the engine, without
+reprocessing its history; the host shows when the engine answers an API request.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from app.core.engine_worker import EngineWorker, state_file_name
 from app.gui.tasks import BackgroundTask, Report
+from app.gui.worker_run import WorkerRun
 from engine.config import ConfigError
 from engine.session import Engine
 from engine.settings import EngineSettings, SettingsError
 from engine.tokenizer import TokenizerError
-from engine.types import CancelToken, Conversation, Done, GenerationParams, Telemetry, Usage
+from engine.types import Conversation, Done, GenerationParams, Telemetry
 from ui.qt import QObject, Signal
 
 log = logging.getLogger(__name__)
@@ -61,34 +63,25 @@ def how_to_fix(exc_text: str, exc: BaseException | None = None) -> str:
     return "See the log file (Help ▸ Open log folder) for details; Preferences ▸ Apply retries the load."
 
 
-class GenerationRun(BackgroundTask):
-    """A local generation; progress() carries StateNote and engine events, succeeded() the Done."""
-
-    def __init__(self, work: Any, cancel: CancelToken) -> None:
-        super().__init__(work, name="generate")
-        self.cancel_token = cancel
-
-    def cancel(self) -> None:
-        self.cancel_token.cancel()
-
-
 class LocalEngineHost(QObject):
     stateChanged = Signal(str, str)  # state, detail
     loadProgress = Signal(str, float)  # phase, fraction
     engineLoaded = Signal(object)  # Engine
+    queueChanged = Signal(str, int)  # who runs on the engine ("" idle, "gui", "api"), how many wait
 
     def __init__(self, states_dir: Path, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.states_dir = states_dir
+        # the one owner of the engine for this window and the local API it serves
+        self.worker = EngineWorker(None, states_dir).start()
+        self.worker.add_listener(self._worker_changed)
+        self.queueChanged.connect(self._show_queue)
         self.engine: Engine | None = None
         self.state = NO_MODEL
         self.detail = "No model loaded"
         self.fix = ""
         self._load_task: BackgroundTask | None = None
-        self._run: GenerationRun | None = None
-        # which conversation's tokens the engine holds, and the ids it held after our last turn
-        self._owner: str | None = None
-        self._owner_ids: list[int] = []
+        self._run: WorkerRun | None = None
         self._generating = False
 
     # ---- state ----------------------------------------------------------------------------
@@ -105,6 +98,24 @@ class LocalEngineHost(QObject):
         """A generation of ours is in flight (cleared when its result reached the GUI thread)."""
         return self._generating
 
+    @property
+    def engine_busy(self) -> bool:
+        """The engine runs anything: ours, or a request of the local API (the same worker)."""
+        return self.worker.busy or self.worker.waiting > 0
+
+    def _worker_changed(self) -> None:  # any thread: hand over to the GUI thread by signal
+        running = self.worker.running
+        self.queueChanged.emit(running.source if running is not None else "", self.worker.waiting)
+
+    def _show_queue(self, source: str, waiting: int) -> None:
+        if self.engine is None or self._generating or self.state in (LOADING, ERROR):
+            return
+        if source == "api":
+            more = f"; {waiting} waiting" if waiting else ""
+            self._set_state(GENERATING, f"Answering a request from the local API{more}")
+        elif not source and self.state == GENERATING:
+            self._set_state(READY, self.describe(self.engine))
+
     # ---- loading --------------------------------------------------------------------------
     def load(self, model_dir: str | Path, settings: EngineSettings | None = None) -> BackgroundTask:
         """Replace the engine (cancelling a running generation first); progress by signal."""
@@ -113,12 +124,17 @@ class LocalEngineHost(QObject):
             previous_run.cancel()
         old = self.engine
         self.engine = None
-        self._owner, self._owner_ids = None, []
         self._set_state(LOADING, f"Loading {Path(model_dir).name}…")
+
+        worker = self.worker
+        worker.set_engine(None)  # the API answers 503 until the new engine is in
 
         def work(report: Report) -> Engine:
             if previous_run is not None:
                 previous_run.wait(60)
+            running = worker.running
+            if running is not None:  # an API request on the old engine
+                running.cancel()
             if old is not None:
                 old.close()
             return Engine.load(model_dir, settings, progress=lambda phase, frac: report((phase, frac)))
@@ -132,6 +148,7 @@ class LocalEngineHost(QObject):
 
     def _loaded(self, engine: Engine) -> None:
         self.engine = engine
+        self.worker.set_engine(engine)
         self._set_state(READY, self.describe(engine))
         self.engineLoaded.emit(engine)
 
@@ -148,6 +165,7 @@ class LocalEngineHost(QObject):
         if self._run is not None:
             self._run.cancel()
             self._run.wait(30)
+        self.worker.set_engine(None)
         if self.engine is not None:
             self.engine.close()
         self.engine = None
@@ -155,52 +173,29 @@ class LocalEngineHost(QObject):
 
     # ---- generation -----------------------------------------------------------------------
     def state_path(self, conversation_id: str) -> Path:
-        return self.states_dir / f"{conversation_id}.kv"
+        return self.states_dir / state_file_name(conversation_id)
 
     def forget_state(self, conversation_id: str) -> None:
-        self.state_path(conversation_id).unlink(missing_ok=True)
-        if self._owner == conversation_id:
-            self._owner = None
+        self.worker.forget(conversation_id)
 
-    def generate(self, conversation_id: str, conv: Conversation, params: GenerationParams) -> GenerationRun:
-        """Prepare a generation; it runs once the caller has connected to it and called ``start()``."""
+    def generate(self, conversation_id: str, conv: Conversation, params: GenerationParams) -> WorkerRun:
+        """Prepare a generation; it joins the engine worker's line once the caller has connected to
+        it and called ``start()``. The worker restores this conversation's K/V state if another
+        conversation (or an API client) used the engine since, and saves it after the turn."""
         eng = self.engine
         if eng is None:
             raise RuntimeError("no model is loaded")
         if self.busy:
             raise RuntimeError("a generation is already running")
-        cancel = CancelToken()
-        path = self.state_path(conversation_id)
-        kept = self._owner == conversation_id and eng.cached_ids == self._owner_ids
 
-        def work(report: Report) -> Done:
-            note = StateNote("kept")
-            if not kept:
-                if path.is_file():
-                    ok = eng.restore_state(path)
-                    note = StateNote("restored", len(eng.cached_ids)) if ok else StateNote("stale")
-                elif len(conv.messages) > 1:
-                    note = StateNote("missing")
-                else:
-                    note = StateNote("new")
-            report(note)
-            done: Done | None = None
-            for ev in eng.generate(conv, params, cancel):
-                if isinstance(ev, Done):
-                    done = ev
-                else:
-                    report(ev)
-            if done is None:  # the engine promises one Done; never leave the GUI waiting
-                done = Done("error", Usage(), error="engine ended without a result")
-            if done.finish_reason != "error":
-                try:
-                    eng.save_state(path)
-                except Exception:  # the turn is still good; it only costs a reprocess next time
-                    log.exception("saving conversation state failed")
-            return done
+        def note(kind: str, tokens: int) -> StateNote:
+            if kind == "missing" and len(conv.messages) <= 1:
+                kind = "new"
+            return StateNote(kind, tokens)
 
-        run = GenerationRun(work, cancel)
-        run.succeeded.connect(lambda _d: self._generation_ended(conversation_id, eng))
+        run = WorkerRun(self.worker, lambda engine, cancel: eng.generate(conv, params, cancel), conversation_id,
+                        note, parent=self)
+        run.succeeded.connect(lambda d: self._generation_ended(conversation_id, eng, d))
         run.failed.connect(lambda m, _tb: self._generation_failed(m))
         self._run = run
         self._generating = True
@@ -209,12 +204,13 @@ class LocalEngineHost(QObject):
 
     def _generation_failed(self, message: str) -> None:
         self._generating = False
-        self._owner = None  # unknown what the engine holds now
         self._set_state(ERROR, f"Generation failed: {message}", how_to_fix(message))
 
-    def _generation_ended(self, conversation_id: str, eng: Engine) -> None:
+    def _generation_ended(self, conversation_id: str, eng: Engine, done: Done) -> None:
         self._generating = False
-        self._owner, self._owner_ids = conversation_id, eng.cached_ids
+        if done.finish_reason == "error" and done.error:
+            self._set_state(ERROR, f"Generation failed: {done.error}", how_to_fix(done.error))
+            return
         if self.engine is eng:
             self._set_state(READY, self.describe(eng))
 
@@ -228,6 +224,7 @@ class LocalEngineHost(QObject):
             self._run.wait(timeout)
         if self._load_task is not None:
             self._load_task.wait(timeout)
+        self.worker.stop(timeout)
         if self.engine is not None:
             self.engine.close()
             self.engine = None

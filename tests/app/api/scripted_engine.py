@@ -84,9 +84,10 @@ class ScriptedEngine(Engine):
         self.scripted.queue(self.tokenizer.encode(harmony_text, add_special_tokens=False).ids)
 
     def ban_stops(self) -> None:
-        """Free-running generations never stop by themselves (for cancel/queue tests)."""
+        """Free-running generations never stop by themselves (for cancel/queue tests): no stop token,
+        and no new message (a message by another author ends the turn too)."""
         sp = self.special
-        self.scripted.banned = {sp.return_, sp.call, sp.endoftext}
+        self.scripted.banned = {sp.return_, sp.call, sp.endoftext, sp.start}
 
     def last_prompt_text(self) -> str:
         """Everything the backend holds after the last prefill, decoded with special tokens."""
