@@ -154,6 +154,9 @@ def test_every_triton_kernel_module_is_in_a_collected_source_package(linux_build
 def test_unused_qt_and_test_tools_are_excluded(linux_build):
     ex = set(analysis(linux_build)["excludes"])
     assert {"pytest", "hypothesis", "transformers", "PySide6.QtQml", "PySide6.QtNetwork"} <= ex
+    # the lab never ships: neural bench imports it lazily, which PyInstaller would otherwise follow
+    assert "bench" in ex
+    assert not [m for m in analysis(linux_build)["hiddenimports"] if m == "bench" or m.startswith("bench.")]
     for needed in ("PySide6.QtWidgets", "PySide6.QtGui", "PySide6.QtCore", "torch", "aiohttp", "qasync"):
         assert needed not in ex
 
