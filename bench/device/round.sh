@@ -4,10 +4,7 @@
 # 12 GiB, 8 threads. Results in $OUT: *.json, round.log, table.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/neural-out}
-mkdir -p "$OUT"
 T0=$(date +%s)
-left() { echo $(( ${BUDGET_S:-570} - ($(date +%s) - T0) )); }
 . bench/device/env.sh
 export NEURAL_O200K_DIR=$PWD/.o200k NEURAL_CACHE_DIR=/tmp/neural-round-cache
 ROOT=/dev/shm/neural-round

@@ -11,10 +11,7 @@
 # Results in $OUT: *.json (neural bench prompt --json), ttft.log, table.md (printed last).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/neural-out}
-mkdir -p "$OUT"
 T0=$(date +%s)
-left() { echo $(( ${BUDGET_S:-570} - ($(date +%s) - T0) )); }
 . bench/device/env.sh  # wheels, PYTHONPATH, native kernel
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node0"; free -g; } >"$OUT/machine.txt" 2>&1
 LAYERS=${LAYERS:-36}
