@@ -555,7 +555,7 @@ def last_json(text: str) -> dict[str, Any] | None:
 
 
 def one_argv(args: argparse.Namespace, scenario: str, model: str, partial: str | None = None) -> list[str]:
-    argv = [sys.executable, "-m", "bench.residency.residency_bench", "one", "--scenario", scenario,
+    argv = [sys.executable, "-m", "bench.residency.cli", "one", "--scenario", scenario,
             "--model", model, "--backend", args.backend, "--budget-frac", str(args.budget_frac),
             "--prompt-tokens", str(args.prompt_tokens), "--followup-tokens", str(args.followup_tokens),
             "--answer-tokens", str(args.answer_tokens), "--followups", str(args.followups),

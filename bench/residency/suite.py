@@ -351,7 +351,7 @@ def _suite(s: Suite) -> int:
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
     py = sys.executable
-    mod = "bench.residency.residency_bench"
+    mod = "bench.residency.cli"
 
     # canary (thread: prepare to /dev/shm, then the warm scenario there) next to the real prepare
     canary_result: dict[str, Any] = {}
