@@ -194,3 +194,7 @@ def test_windows_build_adds_a_windowed_app_and_ships_triton_windows(monkeypatch)
     # triton-windows builds its launcher with TinyCC against Python's headers and import library
     assert {"Include", "triton/runtime/tcc"} <= dests
     assert not any(d.startswith("include/python") for d in dests)  # the Linux layout stays Linux-only
+    # ptxas/cuda.h/cuda.lib: the contrib hook misses them for the triton-windows distribution name
+    assert any(d.startswith("triton/backends/nvidia") for d in dests)
+    assert not any(d.startswith("triton/backends/amd") for d in dests)
+    assert "triton.backends.nvidia.compiler" in a["hiddenimports"]
