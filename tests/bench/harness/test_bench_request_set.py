@@ -40,7 +40,7 @@ def test_requests_parse_as_chat_requests():
     from app.api.chat_request import parse_chat_request
 
     for b in load_requests(REQUESTS_FILE):
-        req = parse_chat_request(b, context_limit=16384)
+        req = parse_chat_request(b, context_limit=16384, vocab_size=201088)
         assert req.stream and req.params.temperature == 0 and req.conversation.reasoning_effort == "low"
 
 

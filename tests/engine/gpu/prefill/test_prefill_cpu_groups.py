@@ -46,4 +46,7 @@ def test_cpu_group_matches_reference(tiny_model, kind: str, n: int) -> None:
     exp = reference(ck, 2, 5, x, w)
     assert np.isfinite(out).all()
     err = np.linalg.norm(out - exp) / np.linalg.norm(exp)
-    assert err < 1e-5, err  # fp32 throughout: only summation-order noise
+    # torch: fp32 throughout, only summation-order noise. native: the prompt path's bf16 input mode
+    # rounds the SwiGLU activation to bf16 as the model does (x is bf16 already): one bf16 rounding
+    # (unit roundoff 2^-9) of the down projection's input, so at most a few 1e-3 in relative L2
+    assert err < (4e-3 if kind == "native" else 1e-5), err
