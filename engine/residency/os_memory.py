@@ -148,7 +148,7 @@ elif sys.platform == "win32":
         """Process-wide page faults (Windows gives one count, soft and hard together)."""
         pmc = _PROCESS_MEMORY_COUNTERS()
         pmc.cb = ctypes.sizeof(pmc)
-        if not _k32.K32GetProcessMemoryInfo(_k32.GetCurrentProcess(), ctypes.byref(pmc), pmc.cb):
+        if not _k32.K32GetProcessMemoryInfo(wintypes.HANDLE(_k32.GetCurrentProcess()), ctypes.byref(pmc), pmc.cb):
             _raise_last("GetProcessMemoryInfo")
         return FaultCounts(0, int(pmc.PageFaultCount))
 
@@ -159,7 +159,7 @@ elif sys.platform == "win32":
         entries = (_WS_EX_INFO * n)()
         for i in range(n):
             entries[i].VirtualAddress = start + i * PAGE
-        if not _k32.K32QueryWorkingSetEx(_k32.GetCurrentProcess(), entries, ctypes.sizeof(entries)):
+        if not _k32.K32QueryWorkingSetEx(wintypes.HANDLE(_k32.GetCurrentProcess()), entries, ctypes.sizeof(entries)):
             _raise_last("QueryWorkingSetEx")
         return [bool(e.VirtualAttributes & 1) for e in entries]
 
@@ -167,7 +167,8 @@ elif sys.platform == "win32":
         arr = (_WIN32_MEMORY_RANGE_ENTRY * len(ranges))()
         for i, (a, n) in enumerate(ranges):
             arr[i].VirtualAddress, arr[i].NumberOfBytes = a, n
-        if not _k32.PrefetchVirtualMemory(_k32.GetCurrentProcess(), ctypes.c_size_t(len(ranges)), arr, 0):
+        proc = wintypes.HANDLE(_k32.GetCurrentProcess())
+        if not _k32.PrefetchVirtualMemory(proc, ctypes.c_size_t(len(ranges)), arr, 0):
             _raise_last("PrefetchVirtualMemory")
 
     def virtual_lock(address: int, length: int) -> None:
@@ -180,7 +181,7 @@ elif sys.platform == "win32":
 
     def set_working_set_minimum(min_bytes: int) -> None:
         """Soft minimum working set: Windows trims below it only under real memory pressure."""
-        proc = _k32.GetCurrentProcess()
+        proc = wintypes.HANDLE(_k32.GetCurrentProcess())
         cur_min, cur_max, flags = ctypes.c_size_t(), ctypes.c_size_t(), wintypes.DWORD()
         if not _k32.GetProcessWorkingSetSizeEx(proc, ctypes.byref(cur_min), ctypes.byref(cur_max),
                                                ctypes.byref(flags)):
