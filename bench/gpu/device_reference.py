@@ -54,9 +54,10 @@ class DeviceReference(ReferenceModel):
         return KVCache([empty] * n, [empty] * n)
 
     def forward(self, ids: list[int], cache: KVCache | None = None, last_only: bool = False,
-                attn_block: int = 0, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+                attn_block: int = 0, progress: Callable[[int, int], None] | None = None,
+                check: Callable[[], None] | None = None) -> torch.Tensor:
         with torch.device(self.device):
-            return super().forward(ids, cache, last_only, attn_block, progress).to("cpu")
+            return super().forward(ids, cache, last_only, attn_block, progress, check).to("cpu")
 
 
 class ForcedRoutingReference(DeviceReference):

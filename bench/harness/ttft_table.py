@@ -17,7 +17,7 @@ def _f(x: Any, nd: int = 2) -> str:
 
 
 def rows(name: str, report: dict[str, Any]) -> list[str]:
-    out = []
+    out: list[str] = []
     if report.get("bench", "prompt") != "prompt" or any("prompt_tokens" not in r for r in report.get("results", [])):
         return out  # a decode report in the same folder
     for r in report.get("results", []):
