@@ -149,8 +149,4 @@ def test_streaming_8000_tokens_with_code_at_60_per_s_never_stalls(qtbot):
     load = max(load0, os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
     print(f"MEASURED 8000 tokens at 60 tok/s: max gap {gap * 1000:.1f} ms, render {render_s:.2f} s, chars {chars}, "
           f"most in one update {most}, load average {load:.1f} on {os.cpu_count()} cores")
-    if load > (os.cpu_count() or 1):
-        # an oversubscribed machine stalls any process for its own reasons: the wall-clock bound
-        # is only judged where this test has the cores it asks for
-        pytest.skip(f"load average {load:.1f} > {os.cpu_count()} cores: max gap {gap * 1000:.0f} ms not judged")
-    assert gap <= 0.050 + 0.005  # the probe's own 5 ms period
+    assert gap <= 0.050 + 0.005, f"max gap {gap * 1000:.0f} ms"  # the probe's own 5 ms period
