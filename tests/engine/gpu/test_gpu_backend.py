@@ -69,6 +69,7 @@ def close_to_reference(got: torch.Tensor, ref: torch.Tensor) -> None:
     assert max(errs) < TOL and sum(errs) / len(errs) < MEAN_TOL, errs
 
 
+@pytest.mark.slow  # the interpreter makes it 15-30 s on 2 cores: CI's slow job runs it
 def test_decode_matches_reference_with_all_experts_on_cpu(tiny_ck: Checkpoint, ref_logits: torch.Tensor) -> None:
     be = make(tiny_ck)  # no hot set yet: every expert is a CPU miss
     got = run(be, TOKENS)
@@ -89,6 +90,7 @@ def test_decode_matches_reference_with_resident_experts(tiny_ck: Checkpoint, ref
     assert sum(s for s, _, _ in occ) == 12 and all(a == 0 for _, a, _ in occ)
 
 
+@pytest.mark.slow  # the interpreter makes it 15-30 s on 2 cores: CI's slow job runs it
 def test_adaptive_admission_matches_reference(tiny_ck: Checkpoint, ref_logits: torch.Tensor) -> None:
     be = make(tiny_ck, slots=10, refresh_every=1, refresh_m=4)
     got = run(be, TOKENS)
@@ -98,6 +100,7 @@ def test_adaptive_admission_matches_reference(tiny_ck: Checkpoint, ref_logits: t
     close_to_reference(got, ref_logits)
 
 
+@pytest.mark.slow  # the interpreter makes it 15-30 s on 2 cores: CI's slow job runs it
 def test_frozen_residency_is_bit_identical(tiny_ck: Checkpoint) -> None:
     a = make(tiny_ck, slots=24)
     b = make(tiny_ck, slots=24)
@@ -107,6 +110,7 @@ def test_frozen_residency_is_bit_identical(tiny_ck: Checkpoint) -> None:
     assert torch.equal(run(a, TOKENS[:5]), run(b, TOKENS[:5]))
 
 
+@pytest.mark.slow  # the interpreter makes it 15-30 s on 2 cores: CI's slow job runs it
 def test_ring_wraps_and_rewinds_with_checkpoints(tiny_ck: Checkpoint, ref_logits: torch.Tensor) -> None:
     be = make(tiny_ck)  # kv_ring 8 = window: the ring wraps after 8 tokens, slack of one token
     n = len(TOKENS)
@@ -145,6 +149,7 @@ def test_state_round_trip(tiny_ck: Checkpoint, ref_logits: torch.Tensor) -> None
     assert rel(fresh.forward(TOKENS[9:]), ref_logits[-1]) < TOL
 
 
+@pytest.mark.slow  # the interpreter makes it 15-30 s on 2 cores: CI's slow job runs it
 def test_greedy_sampling_in_the_tail(tiny_ck: Checkpoint, ref_logits: torch.Tensor) -> None:
     be = make(tiny_ck)
     nxt = [be.sample_next(t) for t in TOKENS[:4]]

@@ -25,6 +25,7 @@ def dry_run(tmp_path: Path, stages: str) -> dict:
     return res
 
 
+@pytest.mark.slow  # the interpreter makes it 15-30 s on 2 cores: CI's slow job runs it
 def test_device_script_check_stage_dry_run(tmp_path: Path) -> None:
     res = dry_run(tmp_path, "synth,check")
     check = res["check"]

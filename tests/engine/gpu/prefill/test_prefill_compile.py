@@ -17,6 +17,7 @@ import pytest
 triton = pytest.importorskip("triton")
 
 
+@pytest.mark.slow  # the interpreter makes it 15-30 s on 2 cores: CI's slow job runs it
 def test_kernels_compile_for_sm90_without_spills() -> None:
     bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
     if not (bin_dir / "ptxas").exists() or not (bin_dir / "cuobjdump").exists():
