@@ -141,6 +141,8 @@ def test_streaming_work_per_update_is_bounded_and_total_is_linear(qtbot):
 
 
 @pytest.mark.slow
+# the offscreen platform says it cannot propagate size hints when the window is shown: not ours
+@pytest.mark.qt_log_ignore("does not support propagateSizeHints")
 def test_streaming_8000_tokens_with_code_at_60_per_s_never_stalls(qtbot):
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     gap, render_s, chars, most = stream(qtbot, 8000, 60.0)
