@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -120,9 +121,7 @@ class GpuBackend:
         length classes Triton specialises on, touch the CPU kernel's team and the staging ring,
         then measure this machine's CPU-kernel and packing rates for the prompt split. Nothing
         is held afterwards (the rows written are beyond length 0)."""
-        import time as _time
-
-        t0 = _time.perf_counter()
+        t0 = time.perf_counter()
         if progress is not None:
             progress("Compiling the prompt kernels (cached on disk after the first run)", 0.96)
         for n in (37, 64):  # odd and multiple-of-16 lengths
@@ -132,7 +131,7 @@ class GpuBackend:
             if progress is not None:
                 progress("Measuring this machine's CPU and copy rates for prompts", 0.97)
             self.prefill.calibrate()
-        log.info("prompt path warmed in %.2f s", _time.perf_counter() - t0)
+        log.info("prompt path warmed in %.2f s", time.perf_counter() - t0)
 
     def _start_ram_residency(self):  # -> ResidencyManager | None
         """RAM residency for the experts the CPU reads (the misses): warm-up in the order of the

@@ -224,7 +224,7 @@ class PrefillRunner:
         def pack_loop() -> None:
             if self.ring is None:
                 return
-            staged = [k for k in picks[2 * reps + 1 :]][: 8 * reps]
+            staged = picks[2 * reps + 1 : 2 * reps + 1 + 8 * reps]
             p0, n = self.ring.pack_seconds, 0
             for layer, e in staged:
                 self.ring.submit(layer, [e])
