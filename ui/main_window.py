@@ -31,6 +31,7 @@ class MainWindow(QMainWindow):
     preferencesRequested = Signal()
     exportRequested = Signal()
     openLogsRequested = Signal()
+    getModelRequested = Signal()
 
     def __init__(self, theme: Theme = LIGHT, api_values: ApiPanelValues | None = None,
                  parent: QWidget | None = None) -> None:
@@ -94,6 +95,9 @@ class MainWindow(QMainWindow):
         self.export_action.triggered.connect(self.exportRequested.emit)
         m.addAction(self.export_action)
         m.addSeparator()
+        self.get_model_action = QAction("Get a model…", self)
+        self.get_model_action.triggered.connect(self.getModelRequested.emit)
+        m.addAction(self.get_model_action)
         self.prefs_action = QAction("Preferences…", self, shortcut=QKeySequence("Ctrl+,"))
         self.prefs_action.triggered.connect(self.preferencesRequested.emit)
         m.addAction(self.prefs_action)

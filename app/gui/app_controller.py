@@ -50,6 +50,7 @@ class AppController(QObject):
         self.host = LocalEngineHost(paths.states_dir)
         self.api = ApiSwitch(self)
         self.prefs_dialog: PreferencesDialog | None = None
+        self.models_page: Any = None  # File ▸ Get a model… (app/gui/model_page_controller.py), made on first use
         w = self.window
         self.chat = ChatController(self.store, w.chat, w.sidebar, self._start_run, lambda: self.settings.generation,
                                    forget_state=self.host.forget_state, parent=self,
@@ -70,6 +71,7 @@ class AppController(QObject):
         w.preferencesRequested.connect(self.open_preferences)
         w.exportRequested.connect(self.export_current)
         w.openLogsRequested.connect(self.open_log_folder)
+        w.getModelRequested.connect(self.open_get_model)
         w.sidebar.exportRequested.connect(self.export_dialog)
         w.api_panel.toggled.connect(self._api_toggled)
         self.api.statusChanged.connect(w.api_panel.set_status)
@@ -263,6 +265,36 @@ class AppController(QObject):
         else:
             dlg.show()
         return dlg
+
+    def open_get_model(self, endpoint: str | None = None) -> Any:
+        """The "Get a model" page: download gpt-oss (or another hub repo), add a folder, choose the model."""
+        from app.gui.model_page_controller import ModelPageController
+
+        if self.models_page is None:
+            self.models_page = ModelPageController(self.paths.data_dir, self.settings.engine_settings, self.window,
+                                                   endpoint)
+            self.models_page.modelChosen.connect(self.use_model)
+            self.models_page.storeBuilt.connect(self._model_store_built)
+        self.models_page.refresh()
+        page = self.models_page.page
+        if page.isVisible():  # already open behind the main window
+            page.raise_()
+            page.activateWindow()
+        else:
+            page.show()
+        return self.models_page
+
+    def use_model(self, model_dir: str) -> None:
+        """A model picked on the "Get a model" page becomes the configured one and loads."""
+        self.settings.model_dir = model_dir
+        self.save()
+        self.load_model(model_dir)
+        self._update_backend_label()
+
+    def _model_store_built(self, model_dir: str) -> None:
+        loaded = self.host.engine
+        if loaded is not None and Path(loaded.info.model_dir).resolve() == Path(model_dir).resolve():
+            self.load_model(model_dir)  # the CPU kernel opens the store on load
 
     def apply_preferences(self, v: PreferencesValues) -> bool:
         """Save the values; restart the engine when the model or engine settings changed."""

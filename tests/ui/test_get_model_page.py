@@ -1,0 +1,135 @@
+"""The "Get a model" page driven like a user would, downloading from a local hub (tests/hub_server.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hub_server import HubRepo, HubServer
+
+from app.core import model_download as md
+from engine.plan import GIB, Machine
+from engine.settings import EngineSettings
+
+REPO = "openai/gpt-oss-tiny"
+
+
+@pytest.fixture
+def hub(synth_dir, monkeypatch: pytest.MonkeyPatch):
+    import huggingface_hub.constants as hf_constants
+
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # a local hub, never the internet
+    monkeypatch.setattr(md, "HTTP_CHUNK", 16 << 10)
+    server = HubServer([HubRepo.from_folder(REPO, synth_dir("tiny", 0, max_shard_bytes=200_000))]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def page_ctl(qtbot, hub: HubServer, tmp_path: Path):
+    from app.gui.model_page_controller import ModelPageController
+
+    ctl = ModelPageController(tmp_path / "data", lambda: EngineSettings(backend="cpu"), endpoint=hub.url,
+                              machine=lambda: (False, Machine(2, 8 * GIB, None), 6 * GIB), confirm=lambda _q: True)
+    qtbot.addWidget(ctl.page)
+    ctl.page.show()
+    progress: list[tuple[str, float | None]] = []
+    shown = ctl.page.set_progress
+
+    def record(text: str, fraction: float | None) -> None:
+        progress.append((text, fraction))
+        shown(text, fraction)
+
+    ctl.page.set_progress = record  # type: ignore[method-assign]
+    ctl.progress_seen = progress
+    yield ctl
+    if ctl.task is not None:
+        ctl._cancel.set()
+        ctl.task.wait(30)
+        qtbot.wait(50)
+
+
+def test_the_menu_offers_the_page(qtbot) -> None:
+    from ui.main_window import MainWindow
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.getModelRequested, timeout=1000):
+        w.get_model_action.trigger()
+    assert w.get_model_action.text() == "Get a model…"
+
+
+def test_gpt_oss_is_offered_with_its_size(page_ctl) -> None:
+    buttons = page_ctl.page.choice_buttons
+    assert list(buttons) == ["openai/gpt-oss-20b", "openai/gpt-oss-120b"]
+    assert "GiB" in buttons["openai/gpt-oss-120b"].text()
+
+
+def test_download_shows_progress_then_lists_the_model_with_its_store(qtbot, page_ctl, hub: HubServer) -> None:
+    page = page_ctl.page
+    hub.faults.rate = 1_000_000  # bytes/s, so the progress has a rate to show
+    page.choose(REPO)
+    qtbot.waitUntil(page.download_btn.isEnabled, timeout=30000)
+    fit = page.fit_label.text()
+    assert "to download (10 files)" in fit and "Disk" in fit and "RAM" in fit and "CPU engine" in fit
+    qtbot.mouseClick(page.download_btn, qtbot_button())
+    assert page.cancel_btn.isEnabled() and not page.download_btn.isEnabled()
+    qtbot.waitUntil(lambda: "is downloaded, verified" in page.message.text(), timeout=60000)
+    texts = [t for t, _f in page_ctl.progress_seen]
+    assert any(t.startswith("Downloading model-") and "MiB/s" in t and "left" in t for t in texts), texts
+    assert any(t.startswith("Building the expert store") for t in texts)
+    row = page.selected_row()
+    assert row is not None and row.name == REPO and row.usable and row.store_present
+    assert "Expert store: experts-packed.nstore" in row.detail
+    assert page.models.count() == 1 and not page.store_btn.isEnabled()
+    with qtbot.waitSignal(page_ctl.modelChosen, timeout=1000) as chosen:
+        qtbot.mouseClick(page.use_btn, qtbot_button())
+    assert chosen.args == [row.path]
+
+
+def test_cancel_keeps_the_partial_download_which_can_be_removed(qtbot, page_ctl, hub: HubServer) -> None:
+    page = page_ctl.page
+    hub.faults.rate = 150_000
+    page.choose(REPO)
+    qtbot.waitUntil(page.download_btn.isEnabled, timeout=30000)
+    qtbot.mouseClick(page.download_btn, qtbot_button())
+    qtbot.waitUntil(lambda: any(t.startswith("Downloading model-") for t, _f in page_ctl.progress_seen),
+                    timeout=30000)
+    qtbot.mouseClick(page.cancel_btn, qtbot_button())
+    qtbot.waitUntil(lambda: "cancelled" in page.message.text(), timeout=30000)
+    assert page.progress_label.text().startswith("Cancelled: downloading again resumes")
+    row = page.selected_row()
+    assert row is not None and not row.usable and "Download not finished" in row.detail
+    assert page.remove_btn.text() == "Delete…"
+    qtbot.mouseClick(page.remove_btn, qtbot_button())
+    assert page.models.count() == 0 and not Path(row.path).exists()
+
+
+def test_an_unknown_repo_is_explained_on_the_page(qtbot, page_ctl) -> None:
+    page = page_ctl.page
+    page.choose("openai/nope")
+    qtbot.waitUntil(lambda: "No model" in page.fit_label.text(), timeout=30000)
+    assert not page.download_btn.isEnabled()
+
+
+def qtbot_button():
+    from ui.qt import Qt
+
+    return Qt.MouseButton.LeftButton
+
+
+def test_the_app_opens_the_page_from_its_file_menu(qtbot, tmp_path: Path) -> None:
+    from app.core.paths import AppPaths
+    from app.core.settings import load_settings
+    from app.gui.app_controller import AppController
+
+    paths = AppPaths.under(tmp_path / "home")
+    c = AppController(paths, load_settings(paths.settings_file))
+    qtbot.addWidget(c.window)
+    try:
+        c.window.get_model_action.trigger()
+        assert c.models_page is not None and c.models_page.page.isVisible()
+        assert c.models_page.data_dir == paths.data_dir
+        qtbot.addWidget(c.models_page.page)
+    finally:
+        c.shutdown()
