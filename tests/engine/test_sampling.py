@@ -23,6 +23,7 @@ from transformers.generation.logits_process import (
 )
 
 import engine.sampling as sampling
+import engine.sampling_host as sampling_host
 from engine.sampling import Sampler
 from engine.stops import StopMatcher
 from engine.types import GenerationParams
@@ -246,7 +247,7 @@ def test_flat_logits_skip_the_candidate_attempt_for_a_while() -> None:
 def test_descending_order_is_a_stable_sort() -> None:
     x = torch.tensor([0.5, -0.0, 2.0, 0.0, 2.0, -3.0, float("-inf"), 0.5, -1e-30, 1e30])
     want = torch.sort(x, descending=True, stable=True).indices.numpy()
-    assert sampling._descending_order(x.numpy()).tolist() == want.tolist()
+    assert sampling_host.descending_order(x.numpy()).tolist() == want.tolist()
     y = lm_logits(18).numpy().round(1)  # many ties
-    assert sampling._descending_order(y).tolist() == torch.sort(torch.from_numpy(y), descending=True,
+    assert sampling_host.descending_order(y).tolist() == torch.sort(torch.from_numpy(y), descending=True,
                                                                   stable=True).indices.tolist()
