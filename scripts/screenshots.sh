@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Screenshots of the real app under Xvfb: main window (a chat with code and a streamed answer),
-# the residency panel while generating, the preferences dialog, and the dark theme.
+# the residency panel while generating, the preferences dialog, the dark theme, the Get a model page.
 # Usage: scripts/screenshots.sh [--out DIR] [--model DIR]      (default out: ./screenshots, git-ignored)
 # Needs: apt-get install xvfb libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0 (see .ci/run)
 set -euo pipefail

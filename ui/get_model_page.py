@@ -90,7 +90,7 @@ class GetModelPage(QDialog):
         self.other_button = QRadioButton("Another repo:")
         self.other_button.toggled.connect(lambda on: self._chosen(OTHER) if on else None)
         self.repo_edit = QLineEdit()
-        self.repo_edit.setPlaceholderText("owner/name, e.g. unsloth/gpt-oss-20b")
+        self.repo_edit.setPlaceholderText("owner/name of a gpt-oss checkpoint (MXFP4 safetensors)")
         self.repo_edit.editingFinished.connect(self._other_edited)
         self.repo_edit.textEdited.connect(lambda _t: self.other_button.setChecked(True))
         other.addWidget(self.other_button)
@@ -210,6 +210,10 @@ class GetModelPage(QDialog):
             self.progress.setValue(0)
         self._update_buttons()
 
+    def set_cancellable(self, on: bool) -> None:
+        """The store build that follows a download cannot be interrupted: Cancel is off then."""
+        self.cancel_btn.setEnabled(self._busy and on)
+
     def set_progress(self, text: str, fraction: float | None) -> None:
         """``fraction`` None: a phase of unknown length (busy bar)."""
         if fraction is None:
@@ -239,6 +243,8 @@ class GetModelPage(QDialog):
             self.models.setCurrentRow(paths.index(keep))
         elif rows:
             self.models.setCurrentRow(0)
+        if not rows and not self.message.text():
+            self.set_message("No models here yet: download one above, or add a model folder you already have.")
         self._update_buttons()
 
     def select_model(self, path: str) -> bool:

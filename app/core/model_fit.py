@@ -37,8 +37,10 @@ def judge_fit(cfg: ModelConfig, settings: EngineSettings, gpu_present: bool, mac
     else:
         p = e.vram
         card = f" on the card's {machine.vram_bytes / GIB:.1f} GiB" if machine.vram_bytes else ""
+        where = (f"all {e.total_experts} experts in GPU slots" if p.n_slots >= e.total_experts else
+                 f"{p.n_slots} of {e.total_experts} experts in GPU slots, the rest from RAM")
         lines.append(FitLine("VRAM", "ok", f"{fmt(p.total)} planned in the {settings.vram_budget_gib:g} GiB budget"
-                             f"{card}: {p.n_slots} of {e.total_experts} experts in GPU slots, the rest from RAM."))
+                             f"{card}: {where}."))
     # RAM as `neural doctor` judges it: experts the CPU reads (all but the static VRAM ones) + the engine
     store_ram = (e.total_experts - e.static) * e.expert_bytes
     engine_ram = e.ram_total - e.ram_experts_bytes

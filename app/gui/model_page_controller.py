@@ -65,6 +65,7 @@ class ModelPageController(QObject):
         p.removeRequested.connect(self.remove)
         self.task: BackgroundTask | None = None  # the download or store build in progress
         self._cancel = threading.Event()
+        self._fraction = 0.0  # of the download in progress
         self.refresh()
 
     # ---- the model list ---------------------------------------------------------------------
@@ -114,7 +115,7 @@ class ModelPageController(QObject):
             dest = download_dir(data_dir, repo_id)
             with tempfile.TemporaryDirectory() as tmp:
                 download(listing, tmp, endpoint=endpoint, only=["config.json"])
-                cfg = ModelConfig.load(tmp)
+                cfg = runnable_config(repo_id, tmp)
             gpu, machine, ram_available = self._machine()
             remaining = listing.total_bytes - present_bytes(listing, dest)
             store = store_size_bytes(cfg)
@@ -134,6 +135,7 @@ class ModelPageController(QObject):
         if self.task is not None and self.task.running:
             return None
         self._cancel = threading.Event()
+        self._fraction = 0.0
         cancel, endpoint, data_dir = self._cancel, self.endpoint, self.data_dir
 
         def work(report: Callable[[Any], None]) -> str:
@@ -141,10 +143,7 @@ class ModelPageController(QObject):
             dest = download_dir(data_dir, repo_id)
             check_disk_space(listing, dest)  # before anything is written; the store is counted below
             download(listing, dest, endpoint=endpoint, cancel=cancel, only=["config.json"])
-            try:
-                store = store_size_bytes(ModelConfig.load(dest))
-            except ConfigError as exc:
-                raise DownloadError(f"{repo_id} is not a gpt-oss checkpoint this app can run: {exc}") from exc
+            store = store_size_bytes(runnable_config(repo_id, dest))
             download(listing, dest, endpoint=endpoint, cancel=cancel, progress=report, extra_bytes=store)
             report(("store", 0, 1))
             build_expert_store(dest, lambda d, t: report(("store", d, t)))
@@ -165,9 +164,12 @@ class ModelPageController(QObject):
 
     def _progress(self, p: object) -> None:
         if isinstance(p, DownloadProgress):
-            self.page.set_progress(progress_text(p), p.done / p.total if p.total else None)
+            if p.phase == "download":  # the bar shows the whole model; a file's hash check only the text
+                self._fraction = p.done / p.total if p.total else 0.0
+            self.page.set_progress(progress_text(p), self._fraction)
         elif isinstance(p, tuple) and p[0] == "store":
             _, done, total = p
+            self.page.set_cancellable(False)
             self.page.set_progress(f"Building the expert store: {done} of {total} experts", done / total if total
                                    else None)
 
@@ -209,6 +211,18 @@ class ModelPageController(QObject):
         task.failed.connect(failed)
         self.task = task
         return task.start()
+
+
+def runnable_config(repo_id: str, folder: str | Path) -> ModelConfig:
+    """The repo's config.json, refused unless the engine can run it (gpt-oss shapes, MXFP4 experts)."""
+    try:
+        cfg = ModelConfig.load(folder)
+    except ConfigError as exc:
+        raise DownloadError(f"{repo_id} is not a gpt-oss checkpoint this app can run: {exc}") from exc
+    if cfg.quant_method != "mxfp4":
+        raise DownloadError(f"{repo_id} stores its experts as {cfg.quant_method!r}; this app runs the MXFP4 "
+                            f"gpt-oss checkpoints (e.g. openai/gpt-oss-20b)")
+    return cfg
 
 
 def _plain(message: str) -> str:

@@ -92,6 +92,11 @@ async def run_tour(c: AppController, out: Path, answer_tokens: int = 200) -> lis
     shots.append(save(dlg, out / "preferences-generation.png"))
     dlg.close()
 
+    models = c.open_get_model()  # File ▸ Get a model… (the hub is only asked once a model is chosen)
+    await asyncio.sleep(0.4)
+    shots.append(save(models.page, out / "get-model.png"))
+    models.page.close()
+
     previous = c.settings.theme
     c.settings.theme = "dark"
     c.apply_theme()

@@ -112,6 +112,22 @@ def test_an_unknown_repo_is_explained_on_the_page(qtbot, page_ctl) -> None:
     assert not page.download_btn.isEnabled()
 
 
+def test_a_checkpoint_the_engine_cannot_run_is_refused_in_the_check(qtbot, page_ctl, hub: HubServer,
+                                                                    synth_dir) -> None:
+    import json
+
+    src = synth_dir("tiny", 0, max_shard_bytes=200_000)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8"}
+    hub.repos["someone/gpt-oss-fp8"] = HubRepo.from_folder("someone/gpt-oss-fp8", src,
+                                                           {"config.json": json.dumps(cfg).encode()})
+    page = page_ctl.page
+    page.choose("someone/gpt-oss-fp8")
+    qtbot.waitUntil(lambda: "stores its experts as" in page.fit_label.text(), timeout=30000)
+    assert "'fp8'" in page.fit_label.text() and not page.download_btn.isEnabled()
+    assert page.message.text().startswith("No models here yet")
+
+
 def qtbot_button():
     from ui.qt import Qt
 
