@@ -32,6 +32,7 @@ class LogitPenalties:
             for tok in prompt:
                 s = self._slot(int(tok))
                 self.rep[s] = True
+        self._packed: torch.Tensor | None = None  # device copy of (ids, bias, flags, penalty)
         self.active = self.n > 0 or repetition != 1.0 or presence != 0.0 or frequency != 0.0
 
     def _slot(self, tok: int) -> int:
@@ -48,6 +49,7 @@ class LogitPenalties:
 
     def record(self, tok: int) -> None:
         if self.repetition != 1.0 or self.presence != 0.0 or self.frequency != 0.0:
+            self._packed = None  # the device copy changes with the output
             s = self._slot(tok)
             self.rep[s] = self.repetition != 1.0
             self.count[s] += 1
@@ -71,9 +73,12 @@ class LogitPenalties:
             out_np = x.numpy().copy()
             out_np[ids] = vn - pen
             return torch.from_numpy(out_np)
-        # one host->device copy: ids (exact in float64), bias, repetition flag, penalty
-        packed = torch.from_numpy(np.stack([self.ids[:n].astype(np.float64), self.bias[:n],
-                                            self.rep[:n].astype(np.float64), pen])).to(x.device)
+        # one host->device copy: ids (exact in float64), bias, repetition flag, penalty; kept while
+        # nothing changes it (a logit_bias alone: no copy, so no wait on the device, per token)
+        packed = self._packed
+        if packed is None or packed.device != x.device:
+            packed = self._packed = torch.from_numpy(np.stack([self.ids[:n].astype(np.float64), self.bias[:n],
+                                                               self.rep[:n].astype(np.float64), pen])).to(x.device)
         idx = packed[0].long()
         v = x[idx].double() + packed[1]
         if self.repetition != 1.0:

@@ -17,7 +17,7 @@ the tokens whatever the path:
 * logits on a GPU: engine/sampling_device.py, full vocabulary, no sort: a two-round radix search
   for the top-p cut, one host read per token (replayed as a CUDA graph);
 * logits on the CPU: engine/sampling_host.py in numpy: the candidates above a sampled threshold
-  when the kept set provably ends inside them, else one sort of the vocabulary.
+  when the kept set provably ends inside them, else the same radix search in numpy.
 
 Temperatures are applied as ``(logit - max) * (1/T)`` in fp32: every logit gap stays finite or
 becomes -inf, so tiny temperatures tend to the exact limit (uniform over the tied maxima) without
@@ -61,7 +61,7 @@ class Sampler:
         else:
             self.gen.manual_seed(seed)
         self.penalties = LogitPenalties(logit_bias, repetition_penalty, presence_penalty, frequency_penalty, prompt)
-        self.fallbacks = 0  # tokens that needed the host's full-vocabulary sort (telemetry, tests)
+        self.fallbacks = 0  # host tokens that ran past the candidates to the full vocabulary (telemetry, tests)
         # after a fallback the next tokens go straight to the full path (saves the topk attempt
         # when logits stay flat); either path gives the same token for the same draw
         self.skip_candidates = 0

@@ -6,7 +6,7 @@ numpy, so a seed gives the same token on every path):
 * weights: ``W = floor(exp(float64((x - max) * scale)) * 2**bits)`` as int64, with
   ``(x - max) * scale`` in fp32 and ``bits = 62 - vocab.bit_length()`` so that any sum of
   weights fits int64. Every mass below is an exact integer sum: order-free, so a histogram on
-  the device, a sorted cumulative sum on the host and atomics all agree. The fixed point moves at
+  the device, numpy on the host and atomics all agree. The fixed point moves at
   most ``vocab * 2**-bits`` (1.1e-8 at 201,088) of the top token's weight: below the resolution of
   transformers' own fp32 softmax.
 * canonical order: logit descending, ties by token id (a stable sort's order); the order key is
@@ -26,14 +26,17 @@ bucket; a cumulative sum over the cut's group of equal logits settles the ties b
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
 
+log = logging.getLogger(__name__)
+
 HIST = 1 << 16  # buckets per radix round: two rounds resolve the 32-bit key
-GRAPHS = 4  # captured CUDA graphs kept (one per device, vocabulary and sampling setting)
+GRAPHS = 2  # captured CUDA graphs kept (one per device, vocabulary and setting; ~10-25 MB each)
 USE_CUDA_GRAPHS = True  # replay the sampler's ~50 small kernels as one graph on CUDA
 
 Prepared = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -138,9 +141,16 @@ class _Graph:
         torch.cuda.current_stream(x.device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         # thread_local: the engine's other threads may use CUDA meanwhile
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+        with torch.cuda.device(x.device), torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.out = fn(self.x)
         self.lock = threading.Lock()  # outputs are static: one replay + read at a time
+
+    def __call__(self, x: torch.Tensor) -> Prepared:
+        """Replays on x's current stream; the caller holds self.lock until it has read the outputs."""
+        with torch.cuda.device(x.device):
+            self.x.copy_(x)
+            self.graph.replay()
+        return self.out
 
 
 _graphs: OrderedDict[tuple[object, ...], _Graph | None] = OrderedDict()
@@ -155,12 +165,16 @@ def sample_device(x: torch.Tensor, scale32: float, top_k: int, top_p: float, min
         tok = int(ds.finish(ds.prepare(x), u))
     else:
         with graph.lock:
-            graph.x.copy_(x)
-            graph.graph.replay()
-            tok = int(ds.finish(graph.out, u))
+            tok = int(ds.finish(graph(x), u))
     if tok < 0:
         raise ValueError("the logits have no finite maximum (all -inf, or a NaN or +inf)")
     return tok
+
+
+def graphs_captured() -> list[bool]:
+    """For each cached setting, whether its CUDA graph was captured (benchmarks report it)."""
+    with _graphs_lock:
+        return [g is not None for g in _graphs.values()]
 
 
 def _graph_for(ds: DeviceSampler, x: torch.Tensor) -> _Graph | None:
@@ -171,7 +185,8 @@ def _graph_for(ds: DeviceSampler, x: torch.Tensor) -> _Graph | None:
             return _graphs[key]
         try:
             g: _Graph | None = _Graph(ds.prepare, x)
-        except RuntimeError:  # capture unsupported here: the same ops run eagerly
+        except Exception:  # capture unsupported here (any reason): the same ops run eagerly
+            log.warning("sampler: CUDA graph capture failed, sampling eagerly", exc_info=True)
             g = None
         _graphs[key] = g
         while len(_graphs) > GRAPHS:

@@ -1,7 +1,7 @@
 """Sampler cost per token at the real vocabulary (201,088), on the CPU or where the logits are (CUDA).
 
     python -m bench.device.sampler_bench --device cuda      # the H200 run: old vs new, graph vs eager
-    python -m bench.device.sampler_bench --device cpu --threads 1
+    python -m bench.device.sampler_bench --device cpu --threads 1 [--device-code]
 
 Two logit shapes: "peaked" (a few strong tokens over a Gaussian floor, like a trained model's
 next-token distribution) and "flat" (N(0, 1): the synthetic checkpoints' random weights, where
@@ -53,11 +53,14 @@ def logits_rows(kind: str, n: int, device: str) -> list[torch.Tensor]:
     return rows
 
 
-def make(impl: str, name: str) -> Sampler | OldSampler:
+def make(impl: str, name: str, device_code: bool = False) -> Sampler | OldSampler:
     kw = SETTINGS[name]
     prompt = list(range(0, 200_000, 97)) if "penalties" in name else []
     cls = OldSampler if impl == "old" else Sampler
-    return cls(seed=1, prompt=prompt, **kw)  # type: ignore[arg-type]
+    s = cls(seed=1, prompt=prompt, **kw)  # type: ignore[arg-type]
+    if device_code:
+        s.host_math = False  # the device code (torch) on the CPU
+    return s
 
 
 def time_one(s: Sampler | OldSampler, rows: list[torch.Tensor], tokens: int, repeats: int,
@@ -84,6 +87,8 @@ def same_tokens(name: str, rows: list[torch.Tensor], n: int) -> dict[str, bool]:
         sampling_device.USE_CUDA_GRAPHS = graphs
         s = make("new", name)
         out["graph" if graphs else "eager"] = [s(x) for x in rows[:n]] == want
+        if graphs:
+            out["graph captured"] = sampling_device.graphs_captured()[-1:] == [True]
     sampling_device.USE_CUDA_GRAPHS = True
     return out
 
@@ -95,6 +100,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--check-tokens", type=int, default=8, help="tokens compared with the host path (CUDA)")
+    ap.add_argument("--device-code", action="store_true", help="on the CPU: time the device code (torch), not numpy")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -108,7 +114,7 @@ def main() -> None:
         out[kind], checks[kind] = {}, {}
         for impl in impls:
             sampling_device.USE_CUDA_GRAPHS = impl != "new-eager"
-            out[kind][impl] = {name: time_one(make(impl, name), rows, args.tokens, args.repeats, sync)
+            out[kind][impl] = {name: time_one(make(impl, name, args.device_code), rows, args.tokens, args.repeats, sync)
                                for name in SETTINGS}
         sampling_device.USE_CUDA_GRAPHS = True
         if cuda:

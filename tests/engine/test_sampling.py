@@ -244,10 +244,13 @@ def test_flat_logits_skip_the_candidate_attempt_for_a_while() -> None:
     assert s.fallbacks == 1 + sampling.SKIP_AFTER_FALLBACK
 
 
-def test_descending_order_is_a_stable_sort() -> None:
-    x = torch.tensor([0.5, -0.0, 2.0, 0.0, 2.0, -3.0, float("-inf"), 0.5, -1e-30, 1e30])
-    want = torch.sort(x, descending=True, stable=True).indices.numpy()
-    assert sampling_host.descending_order(x.numpy()).tolist() == want.tolist()
-    y = lm_logits(18).numpy().round(1)  # many ties
-    assert sampling_host.descending_order(y).tolist() == torch.sort(torch.from_numpy(y), descending=True,
-                                                                  stable=True).indices.tolist()
+def test_order_keys_sort_like_a_stable_sort_on_host_and_device() -> None:
+    import engine.sampling_device as sampling_device
+
+    x = torch.tensor([0.5, -0.0, 2.0, 0.0, 2.0, -3.0, float("-inf"), 0.5, -1e-30, 1e30, -1e-45, 1e-45])
+    y = torch.cat([x, lm_logits(18).round(decimals=1)])  # many ties
+    for row in (x, y):
+        key = sampling_host.order_key(row.numpy())
+        assert key.tolist() == sampling_device.order_key(row).tolist()
+        want = torch.sort(row, descending=True, stable=True).indices.tolist()
+        assert sorted(range(len(key)), key=lambda i: (-int(key[i]), i)) == want

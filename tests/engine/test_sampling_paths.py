@@ -182,3 +182,16 @@ def test_fixed_point_sums_fit_int64_and_the_top_token_weighs_2_to_the_bits() -> 
         assert vocab * 2**bits < 2**62 and vocab * 2**bits * 4 >= 2**62
     w, _ = dev.weights(torch.zeros(201_088), 1.0, dev.weight_bits(201_088))
     assert int(w[0]) == 2 ** dev.weight_bits(201_088) and int(w.sum()) < 2**63 - 1
+
+
+def test_penalties_device_copy_follows_the_output() -> None:
+    """The device copy of the penalties is reused while only a bias is set, refreshed after every
+    token that changes a count: the device result always equals the host's."""
+    from engine.logit_penalties import LogitPenalties
+
+    x = torch.linspace(-2.0, 2.0, 50)
+    for rep, pres in ((1.0, 0.0), (1.3, 0.0), (1.0, 0.8)):
+        pen = LogitPenalties(((3, 1.5),), rep, pres, 0.25 * (pres > 0), prompt=(7,))
+        for tok in (5, 5, 9, 3):
+            assert torch.equal(pen.apply(x, host=False), pen.apply(x, host=True)), (rep, pres, tok)
+            pen.record(tok)
