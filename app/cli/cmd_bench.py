@@ -40,7 +40,7 @@ def _engine_args(p: argparse.ArgumentParser, repeats: int) -> None:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument("--budget-gib", type=float, default=12.0, help="VRAM budget of the whole process (default 12)")
     p.add_argument("--threads", type=int, default=8, help="CPU threads for experts (default 8)")
-    p.add_argument("--torch-threads", type=int, default=0, help="PyTorch intra-op threads (0 = leave torch's default)")
+    p.add_argument("--torch-threads", type=int, default=0, help="PyTorch intra-op threads (0 = the engine's choice)")
     p.add_argument("--context", type=int, default=16384, help="engine context in tokens (default 16384)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any other engine setting, e.g. --set refresh_every=0 (frozen residency); repeatable")
@@ -194,8 +194,6 @@ def _run_engine_bench(args: argparse.Namespace, bench: str) -> int:
     warning = routing_warning(routing, args.routing, model_dir)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
     try:
         settings = engine_settings(args)
         t_load = time.perf_counter()
@@ -203,6 +201,8 @@ def _run_engine_bench(args: argparse.Namespace, bench: str) -> int:
         load_s = time.perf_counter() - t_load
     except (CheckpointError, TokenizerError, SettingsError, ValueError, OSError) as exc:
         return fail(str(exc))
+    if args.torch_threads:  # after the load, which sizes torch with the native team (native_experts.share_cores)
+        torch.set_num_threads(args.torch_threads)
     try:
         if engine.info.backend_note:
             print(f"[{engine.info.backend_note}]", file=sys.stderr)

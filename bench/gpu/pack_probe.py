@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     np.copyto(b, a)
     out["memcpy_1t_anon_gbps"] = a.nbytes / (time.perf_counter() - t0) / 1e9
     # the CPU multi-token kernel (16 tokens) alone, then while the ring packs other experts
-    from engine.store.experts_cpu import CpuExperts
+    from engine.store.native_experts import NativeExperts
 
-    cpu = CpuExperts(cfg, ck=ck, kernel=k, threads=8)
+    cpu = NativeExperts(cfg, ck, kernel=k, threads=8)
     x = rng.standard_normal((16, cfg.hidden_size)).astype(np.float32)
     w = np.ones(16, dtype=np.float32)
     y = np.empty_like(x)

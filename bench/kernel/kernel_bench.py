@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.store.experts_cpu import expert_ref_from_record
 from engine.store.format import PART_NAMES, RecordLayout, encode_record
+from engine.store.native_experts import expert_ref_from_record
 from engine.store.reader import ExpertStore
 from engine.store.writer import StoreWriter, store_meta
 from native.kernel import NativeKernel, load_kernel

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from engine.store.experts_cpu import expert_ref_from_record
+from engine.store.native_experts import expert_ref_from_record
 from engine.store.reader import ExpertStore
 from native.kernel import MAX_TOKENS, NativeKernel, load_kernel
 

@@ -1,8 +1,8 @@
 """The CPU side of hybrid decode: the experts of one layer that are not resident in VRAM.
 
-``NativeMisses`` calls the native AVX-512/AVX2 kernel (native/kernel.py) on the expert bytes
-where they sit (the checkpoint's memory-mapped tensors, raw MXFP4), and — for admission
-candidates — lets it copy the bytes it reads into a pinned capture buffer laid out as a
+``NativeMisses`` calls the native AVX-512/AVX2 kernel (through the adapter store/native_experts.py)
+on the expert bytes where they sit (the checkpoint's memory-mapped tensors, raw MXFP4), and — for
+admission candidates — lets it copy the bytes it reads into a pinned capture buffer laid out as a
 VRAM slot (copy-on-compute). ``TorchMisses`` is the PyTorch fallback with the same contract
 (used when the extension is missing, and in CI); it fills capture buffers with a plain copy.
 """
@@ -10,9 +10,8 @@ VRAM slot (copy-on-compute). ``TorchMisses`` is the PyTorch fallback with the sa
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -20,7 +19,7 @@ import torch
 from ..checkpoint import Checkpoint
 from ..expert_cache import DequantizedExperts
 from ..reference import expert_forward
-from .layout import SLOT_PARTS, ExpertLayout
+from .layout import ExpertLayout
 
 log = logging.getLogger(__name__)
 
@@ -40,59 +39,24 @@ class MissExperts(Protocol):
 
 
 class NativeMisses:
+    """The native adapter (store/native_experts.py) with capture into the VRAM slot layout."""
+
     def __init__(self, ck: Checkpoint, layout: ExpertLayout, threads: int) -> None:
-        from native.kernel import load_kernel
+        from ..store.native_experts import NativeExperts
 
-        self.k = load_kernel()
-        self.k.set_threads(threads)
-        cfg = ck.config
-        self.ck = ck
-        self.layout = layout
         # bf16 inputs, as the GPU experts use: the kernel may run its vdpbf16ps loop
-        self.shape = self.k.shape(cfg.hidden_size, cfg.intermediate_size, "raw", cfg.swiglu_limit,
-                                  cfg.swiglu_alpha, layout.native_offsets(), bf16_inputs=True)
-        if self.k.record_bytes(self.shape) > layout.slot_bytes:
+        self.experts = NativeExperts(ck.config, ck, threads=threads, bf16_inputs=True,
+                                     capture_offsets=layout.native_offsets())
+        if self.experts.record_bytes > layout.slot_bytes:
             raise RuntimeError("native record layout does not fit a VRAM slot")
-        self.name = f"native-{self.k.isa}-{self.k.threads}t"
-        self._parts: dict[tuple[int, int], list[np.ndarray]] = {}
-        self._refs: dict[tuple[int, int], Any] = {}
+        self.name = self.experts.name
 
-    def _expert_parts(self, layer: int, e: int) -> list[np.ndarray]:
-        key = (layer, e)
-        parts = self._parts.get(key)
-        if parts is None:
-            a = self.ck.expert_arrays(layer, e)
-            parts = [np.ascontiguousarray(a[p]) for p in SLOT_PARTS]  # views into the mapping
-            self._parts[key] = parts
-        return parts
-
-    def _ref(self, layer: int, e: int, capture: np.ndarray | None) -> Any:
-        if capture is not None:
-            return self.k.expert(self._expert_parts(layer, e), capture=capture)
-        ref = self._refs.get((layer, e))
-        if ref is None:
-            ref = self.k.expert(self._expert_parts(layer, e))
-            self._refs[(layer, e)] = ref
-        return ref
+    def prefault(self) -> float:
+        return self.experts.prefault()
 
     def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
                 captures: dict[int, np.ndarray]) -> None:
-        if not experts:
-            out.fill(0.0)
-            return
-        if captures:
-            refs = [self._ref(layer, e, captures.get(e)) for e in experts]
-        else:
-            get = self._refs.get
-            refs = [get((layer, e)) or self._ref(layer, e, None) for e in experts]
-        self.k.moe_token(self.shape, refs, np.asarray(weights, dtype=np.float32), x, out)
-
-    def prefault(self) -> float:
-        t0 = time.perf_counter()
-        for layer in range(self.ck.config.num_hidden_layers):
-            for part in SLOT_PARTS:
-                self.k.probe_read(self.ck.array(f"model.layers.{layer}.mlp.experts.{part}"))
-        return time.perf_counter() - t0
+        self.experts.moe_token(layer, experts, weights, x, out, captures)
 
 
 class TorchMisses:

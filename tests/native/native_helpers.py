@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.store.experts_cpu import expert_ref_from_record
 from engine.store.format import RecordLayout, encode_record
+from engine.store.native_experts import expert_ref_from_record
 from native.kernel import ExpertRef, NativeKernel
 
 LIMIT, ALPHA = 7.0, 1.702

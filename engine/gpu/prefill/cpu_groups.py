@@ -1,8 +1,8 @@
 """Prompt experts computed on the CPU: small groups of non-resident experts.
 
 ``compute(layer, expert, x, w, out)`` writes ``out[i] = w[i] * expert(x[i])`` (fp32) for a
-group of tokens. The native kernel's multi-token entry point (native/kernel.py
-``expert_tokens``, up to 16 tokens per call) reads the expert's bytes once per call from
+group of tokens. The native adapter's multi-token entry point (store/native_experts.py
+``expert_tokens``, up to 16 tokens per kernel call) reads the expert's bytes once per call from
 where they sit (the memory-mapped checkpoint, raw MXFP4), so a small group costs one pass
 over the expert instead of a 13 MB copy over PCIe. Larger groups (only when there are no
 scratch slots) are cut into calls of 16. Without the extension the PyTorch fallback has
@@ -22,7 +22,6 @@ from ...expert_cache import DequantizedExperts
 from ...reference import expert_forward
 
 log = logging.getLogger(__name__)
-NATIVE_MAX_TOKENS = 16
 
 
 class CpuGroups(Protocol):
@@ -32,21 +31,17 @@ class CpuGroups(Protocol):
 
 
 class NativeGroups:
-    def __init__(self, ck: Checkpoint, threads: int) -> None:
-        from native.kernel import load_kernel
+    """The native adapter's N-token entry point (store/native_experts.py)."""
 
-        from ...store.experts_cpu import CpuExperts
+    def __init__(self, ck: Checkpoint, threads: int) -> None:
+        from ...store.native_experts import NativeExperts
 
         # bf16 inputs, as the model rounds them (and the GPU experts): exact products, the BF16 loop on AMD
-        self.experts = CpuExperts(ck.config, ck=ck, kernel=load_kernel(), threads=threads, bf16_inputs=True)
-        self.kernel = self.experts.kernel
-        self.name = f"native-{self.kernel.isa}-{self.kernel.threads}t"
+        self.experts = NativeExperts(ck.config, ck, threads=threads, bf16_inputs=True)
+        self.name = self.experts.name
 
     def compute(self, layer: int, expert: int, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-        ref = self.experts.ref(layer, expert)
-        for s in range(0, x.shape[0], NATIVE_MAX_TOKENS):
-            e = min(s + NATIVE_MAX_TOKENS, x.shape[0])
-            self.kernel.expert_tokens(self.experts.shape, ref, x[s:e], w[s:e], out[s:e])
+        self.experts.expert_tokens(layer, expert, x, w, out)
 
 
 class TorchGroups:
