@@ -4,7 +4,8 @@ Every tile size is a Triton constexpr. The GPU defaults were chosen offline for 
 120b shape among configurations that compile without register spills (``python -m
 bench.gpu.aot --sweep``: registers / stack per kernel, no GPU needed);
 ``bench/gpu/prompt_device.py`` stage ``tiles`` times those candidates on the H200, and the
-fastest goes here (docs/perf-prompt.md records it). ``NEURAL_PREFILL_TILES`` overrides.
+fastest goes here (docs/perf-prompt.md records it). The ``prefill_tiles`` setting overrides
+(``with_overrides``, applied by the runner).
 Under TRITON_INTERPRET=1 the cost is per program, so the interpreter uses few, large tiles.
 
 Consumer cards (sm_86/89/120) have 99 KiB of shared memory per block instead of 227 KiB and
@@ -15,7 +16,6 @@ lists, docs/perf-gpu.md) the first whose shared memory fits the device's real op
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 from ...config import ModelConfig
@@ -52,11 +52,7 @@ class PrefillTiles:
             return cls(attn_m=16, attn_n=64, gemm_m=32, gemm_p=min(64, pow2(cfg.intermediate_size)),
                        gemm_n=min(64, pow2(cfg.hidden_size)), gemm_k=64, bf16_dot=False)
         limits = limits or DeviceLimits.current()
-        tiles = cls.for_device(limits) if limits is not None else cls()
-        env = os.environ.get("NEURAL_PREFILL_TILES")  # e.g. "gemm_m=64,gemm_p=32" (device sweeps)
-        if env:
-            tiles = tiles.with_overrides(env)
-        return tiles
+        return cls.for_device(limits) if limits is not None else cls()
 
     @classmethod
     def for_device(cls, limits: DeviceLimits) -> PrefillTiles:

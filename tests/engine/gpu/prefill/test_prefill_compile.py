@@ -67,16 +67,28 @@ def test_a_candidate_that_does_not_fit_the_shared_memory_is_never_chosen(monkeyp
         t.PrefillTiles.for_device(t.SM89)  # none claims sm_89: never a guess
 
 
-def test_for_config_reads_the_device_limits_and_keeps_the_override(monkeypatch) -> None:
+def test_for_config_reads_the_device_limits_and_the_setting_overrides(monkeypatch, tiny_model) -> None:
+    from engine.checkpoint import Checkpoint
     from engine.config import ModelConfig
+    from engine.gpu.backend import GpuBackend
+    from engine.gpu.layout import ExpertLayout
     from engine.gpu.prefill.tiles import SM86, PrefillTiles
+    from engine.settings import EngineSettings
     from engine.synth import PRESETS
 
     cfg = ModelConfig.from_dict(PRESETS["120b-shape"].config_dict())
-    monkeypatch.delenv("NEURAL_PREFILL_TILES", raising=False)
+    monkeypatch.setenv("NEURAL_PREFILL_TILES", "attn_m=8")  # the retired switch: nothing reads it
     assert PrefillTiles.for_config(cfg, limits=SM86) == PrefillTiles.for_device(SM86)
-    monkeypatch.setenv("NEURAL_PREFILL_TILES", "attn_m=8")
-    assert PrefillTiles.for_config(cfg, limits=SM86).attn_m == 8
+    # the one override is the prefill_tiles setting, which the prompt runner applies
+    ck = Checkpoint.open(tiny_model)
+    sb = ExpertLayout.for_config(ck.config).slot_bytes
+    s = EngineSettings(context=64, kv_ring=8, pool_gib=10 * sb / 2**30, scratch_slots=2, static_slots=4,
+                       refresh_every=0, cpu_threads=2, prefill_tiles="gemm_m=16,attn_n=32")
+    be = GpuBackend.create(ck, s, interpret=True, prefer_native=False, hot_set_file=None)
+    assert (be.prefill.kernels.t.gemm_m, be.prefill.kernels.t.attn_n) == (16, 32)
+    assert be.prefill.kernels.t.attn_m == PrefillTiles.for_config(ck.config, interpret=True).attn_m
+    be.close()
+    ck.close()
 
 
 @pytest.mark.slow
