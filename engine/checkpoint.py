@@ -142,6 +142,19 @@ class Checkpoint:
     def bf16(self, name: str) -> torch.Tensor:
         return bf16_bits_to_tensor(self.array(name))
 
+    def tensor_span(self, name: str) -> tuple[str, int, int]:
+        """(shard file name, first byte, end byte) of a tensor's data in its shard."""
+        try:
+            fname = self._where[name]
+            info = self._files[fname].tensors[name]
+        except KeyError as exc:
+            raise CheckpointError(f"{self.model_dir}: tensor {name!r} is missing") from exc
+        return fname, info.start, info.end
+
+    def shard_mapping(self, fname: str) -> np.ndarray:
+        """The whole read-only mapping of one shard file (uint8), as the tensor views use it."""
+        return self._files[fname]._mapped()
+
     def file_of(self, name: str) -> Path:
         return self.model_dir / self._where[name]
 

@@ -41,10 +41,14 @@ class EngineSettings:
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
     prompt_block: int = 4096
     gpu_prefill: bool = True  # prompts through the layer-major GPU path (False: token by token, for checks)
-    # non-resident prompt experts: "fixed" = groups of <= 16 pairs to the CPU (MEASURED as fast or faster on the
-    # H200 host, docs/perf-prompt.md), "auto" = the split from this machine's measured rates (split.py)
-    prompt_split: Literal["auto", "fixed"] = "fixed"
+    # non-resident prompt experts: "auto" = the split from this machine's measured rates (split.py; with direct
+    # copies a 600-token prompt took 1.75 s against 4.2-4.8 s "fixed" on the H200 host, MEASURED, docs/perf-prompt.md),
+    # "fixed" = groups of <= 16 pairs to the CPU
+    prompt_split: Literal["auto", "fixed"] = "auto"
     warm_prompt: bool = True  # compile the prompt kernels and measure this machine's rates at load
+    # staged prompt experts copied straight from the checkpoint's page-locked mapping (engine/gpu/prefill/direct.py):
+    # "auto" = on Linux, locking at most the RAM less 16 GiB; "on" = no limit; "off" = pack into pinned buffers
+    stage_direct: Literal["auto", "on", "off"] = "auto"
     prefill_tiles: str = ""  # prompt kernel tiles, e.g. "gemm_m=64,gemm_p=32" (device sweeps; "" = the defaults)
     # RAM residency of the expert store (engine/residency)
     ram_budget_gib: float = 0.0  # RAM for store pages; 0 = auto (what is free minus headroom)
@@ -57,6 +61,8 @@ class EngineSettings:
 
         if self.backend not in ("auto", "cpu", "gpu", "reference"):
             raise bad("backend", "must be auto, cpu, gpu or reference")
+        if self.stage_direct not in ("auto", "on", "off"):
+            raise bad("stage_direct", "must be auto, on or off")
         if self.dtype not in ("bfloat16", "float32"):
             raise bad("dtype", "must be bfloat16 or float32")
         if not 0 <= self.cpu_threads <= 256:

@@ -127,6 +127,13 @@ class GpuBackend:
         for n in (37, 64):  # odd and multiple-of-16 lengths
             self.prefill.run([0] * n, 0)
         self.prefill.last = None
+        if self.prefill.direct is not None:
+            if progress is not None:
+                progress("Locking the checkpoint's pages for direct copies to the GPU", 0.965)
+            ready = self.prefill.wait_direct(30.0)  # a cold disk cache: later layers use the ring until ready
+            log.info("direct expert copies: %d of %d layers (%.1f GiB locked%s)", ready, len(self.prefill.direct.spans),
+                     self.prefill.direct.locked_bytes / 2**30,
+                     f"; {self.prefill.direct.error}" if self.prefill.direct.error else "")
         if self.settings.prompt_split == "auto":  # the rates matter only to the measured split
             if progress is not None:
                 progress("Measuring this machine's CPU and copy rates for prompts", 0.97)

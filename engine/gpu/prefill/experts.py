@@ -8,8 +8,9 @@ whatever the number of blocks):
 2. ``split.SplitModel`` picks the non-resident experts the CPU computes (the cheapest, until the
    CPU lane would outlast the staging lane) and ``grouping.plan_layer`` splits the experts:
    resident -> grouped GEMM from the slot; the CPU's -> the native multi-token kernel on a
-   worker thread; the other non-resident ones -> the pinned staging ring -> a scratch slot
-   -> GEMM (without a split model: the CPU takes groups of <= ``cpu_max`` pairs);
+   worker thread; the other non-resident ones -> the pinned staging ring (or, once the
+   checkpoint's mapping is registered, straight from it: direct.py) -> a scratch slot -> GEMM
+   (without a split model: the CPU takes groups of <= ``cpu_max`` pairs);
 3. launch order: the staging producer starts packing at once, the CPU worker gets its rows,
    the resident waves go to the GPU, then each staged expert's copy (copy stream) and its
    wave (compute stream waits for that copy only);
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from .cpu_groups import CpuGroups
+from .direct import MappedExperts, copy_direct
 from .grouping import LayerPlan, plan_layer
 from .launch import PrefillKernels
 from .split import SplitModel
@@ -40,8 +42,9 @@ from .stats import GpuTimer, PrefillStats
 class PromptExperts:
     def __init__(self, core: Any, kernels: PrefillKernels, cpu: CpuGroups, ring: StagingRing | None,
                  cpu_max: int, max_rows: int, stats: PrefillStats, timer: GpuTimer, staged_group: int = 1,
-                 split: SplitModel | None = None) -> None:
+                 split: SplitModel | None = None, direct: MappedExperts | None = None) -> None:
         self.core = core
+        self.direct = direct  # registered checkpoint mapping: ready layers skip the ring
         self.cfg = core.cfg
         self.k = kernels
         self.cpu = cpu
@@ -141,9 +144,32 @@ class PromptExperts:
         self.stats.gemm_rows += wave.rows
         self.stats.gemm_waves += 1
 
-    def _stage_in(self, layer: int, i: int, e: int, slot: int) -> None:
-        """Take expert ``e``'s packed buffer from the ring and copy it into scratch ``slot``; the
-        compute stream will wait for exactly this copy."""
+    def _stage_direct(self, layer: int, e: int, slot: int) -> None:
+        """Copy expert ``e`` from the registered mapping into scratch ``slot`` (copy stream)."""
+        assert self.direct is not None and self.copy_stream is not None
+        sources = self.direct.sources(layer, e)
+        dst = self.core.slot_view(slot)
+        with torch.cuda.stream(self.copy_stream):
+            prev = self.slot_free.get(slot)
+            if prev is not None:  # the slot's previous expert has been read by its GEMM
+                self.copy_stream.wait_event(prev)
+            begin = self.timer.start(self.copy_stream)
+            copy_direct(dst, sources)
+            self.timer.stop("copies", begin, self.copy_stream)
+            done = torch.cuda.Event()
+            done.record(self.copy_stream)
+        torch.cuda.current_stream(self.dev).wait_event(done)
+        self.stats.direct_experts += 1
+
+    def _stage_in(self, layer: int, i: int, e: int, slot: int, direct: bool = False) -> None:
+        """Take expert ``e``'s packed buffer from the ring (or its parts from the registered
+        mapping) and copy it into scratch ``slot``; the compute stream will wait for exactly
+        this copy."""
+        if direct:
+            self._stage_direct(layer, e, slot)
+            self.stats.staged_experts += 1
+            self.stats.staged_bytes += self.core.layout.payload_bytes
+            return
         assert self.ring is not None
         t0 = time.perf_counter()
         got_layer, got_e, buf = self.ring.take()
@@ -187,13 +213,18 @@ class PromptExperts:
         counts = np.bincount(flat_h, minlength=cfg.num_local_experts)
         table_row = self.core.np_table[layer]
         cpu_set = None
+        direct = self.cuda and self.direct is not None and self.n_scratch > 0 and self.direct.ready(layer)
         if self.split is not None:
             nonres = {int(e): int(counts[e]) for e in np.flatnonzero(counts) if table_row[e] < 0}
-            cpu_set = self.split.choose(nonres, self.core.layout.payload_bytes, can_stage=self.n_scratch > 0)
+            cpu_set = self.split.choose(nonres, self.core.layout.payload_bytes, can_stage=self.n_scratch > 0,
+                                        direct=direct)
+        # direct copies come fast enough that launches, not bytes, bound a wave of one expert: half
+        # the scratch slots per wave (one half computes while the other fills) cuts the launches
+        group = max(self.staged_group, self.n_scratch // 2) if direct else self.staged_group
         plan = plan_layer(counts, table_row, self.core.plan.n_slots, self.n_scratch, self.cpu_max,
-                          self.k.t.gemm_m, self.max_rows, self.staged_group, cpu_set)
+                          self.k.t.gemm_m, self.max_rows, group, cpu_set)
         self.last_plan = plan
-        if plan.staged:
+        if plan.staged and not direct:
             assert self.ring is not None
             self.ring.submit(layer, plan.staged)
         cpu_job = self._start_cpu(layer, plan, flat_h, w_flat_h, t)
@@ -207,7 +238,7 @@ class PromptExperts:
             staged_in = 0
             for i, wave in enumerate(plan.waves):
                 while staged_in <= wave.needs:  # bring in the staged experts this wave reads
-                    self._stage_in(layer, staged_in, plan.staged[staged_in], plan.staged_slots[staged_in])
+                    self._stage_in(layer, staged_in, plan.staged[staged_in], plan.staged_slots[staged_in], direct)
                     staged_in += 1
                 self._launch_wave(plan, i, tiles, t, order, w_flat, act, contrib)
                 if wave.frees and self.cuda:

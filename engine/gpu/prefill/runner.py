@@ -30,6 +30,7 @@ from ...settings import EngineSettings
 from ...types import CancelToken
 from . import dense
 from .cpu_groups import CpuGroups, make_cpu_groups
+from .direct import MappedExperts, auto_budget, copy_direct
 from .experts import PromptExperts, combine
 from .launch import PrefillKernels
 from .split import SplitModel
@@ -76,6 +77,7 @@ class PrefillRunner:
         # is the producer's bottleneck (H200 host: 8.3 GB/s with 4 threads, 9.4 with 8; MEASURED)
         self.pack_threads = pack_threads or max(1, settings.threads())
         self.ring = self._make_ring()
+        self.direct = self._make_direct()
         self.cpu_max = cpu_max
         self.max_rows = max_rows
         self.release_cache = release_cache
@@ -84,7 +86,8 @@ class PrefillRunner:
         self.split = split if split is not None else SplitModel()
         fixed = settings.prompt_split == "fixed" and split is None
         self.experts = PromptExperts(core, self.kernels, self.cpu, self.ring, cpu_max, max_rows, PrefillStats(),
-                                     GpuTimer(self.cuda), staged_group, None if fixed else self.split)
+                                     GpuTimer(self.cuda), staged_group, None if fixed else self.split,
+                                     self.direct)
         self.last: PrefillResult | None = None
         self.calibration: dict[str, float] = {}  # what calibrate() measured (benchmarks print it)
 
@@ -93,6 +96,17 @@ class PrefillRunner:
             return None  # no scratch slots: large non-resident groups go to the CPU too
         return StagingRing(self.ck, self.core.layout, self.ring_depth, pinned=self.cuda,
                            pack_threads=self.pack_threads)
+
+    def _make_direct(self) -> MappedExperts | None:
+        """Register the checkpoint's shards for direct copies in the background (direct.py)."""
+        budget = auto_budget(self.settings.stage_direct)
+        if not self.cuda or self.ring is None or budget <= 0:
+            return None
+        try:
+            return MappedExperts(self.ck, self.core.layout, budget)
+        except Exception:  # a checkpoint the spans cannot describe: the ring serves every layer
+            log.exception("direct expert copies unavailable")
+            return None
 
     def _embed(self, ids: list[int]) -> torch.Tensor:
         rows = np.ascontiguousarray(self.core.embed_table[np.asarray(ids, dtype=np.int64)])
@@ -184,7 +198,7 @@ class PrefillRunner:
         if self.ring is not None:
             stats.pack = self.ring.pack_seconds - ring0[0]
             stats.pack_event_wait = self.ring.event_wait_seconds - ring0[1]
-        self.split.observe_stage(stats.pack, stats.staged_experts, core.layout.payload_bytes)
+        self.split.observe_stage(stats.pack, stats.staged_experts - stats.direct_experts, core.layout.payload_bytes)
         stats.split = self.split.end_prompt()
         if self.cuda and self.release_cache:
             torch.cuda.empty_cache()  # give the prompt's workspace back before decode
@@ -242,13 +256,37 @@ class PrefillRunner:
         many = min(cpu_time(layer, e, tokens) for layer, e in picks[1 + reps : 1 + 2 * reps])
         th.join()
         stage = stage_s[0] if stage_s else self.split.rates.stage * layout.payload_bytes
-        self.split.rates = SplitModel.fitted(one, many, tokens, stage, layout.payload_bytes)
+        direct = self._direct_copy_seconds(picks[-8:])
+        self.split.rates = SplitModel.fitted(one, many, tokens, stage, layout.payload_bytes, direct)
         r = self.split.rates
-        got = {"cpu_1_token_s": one, f"cpu_{tokens}_tokens_s": many, "pack_s": stage,
-               "cpu_pass_gbps": 1e-9 / r.cpu_pass, "cpu_token_gbps": 1e-9 / r.cpu_token, "stage_gbps": 1e-9 / r.stage}
+        got = {"cpu_1_token_s": one, f"cpu_{tokens}_tokens_s": many, "pack_s": stage, "direct_s": direct,
+               "cpu_pass_gbps": 1e-9 / r.cpu_pass, "cpu_token_gbps": 1e-9 / r.cpu_token, "stage_gbps": 1e-9 / r.stage,
+               "direct_gbps": 1e-9 / r.direct}
         log.info("prompt split rates: %s", {k: round(v, 5) for k, v in got.items()})
         self.calibration = got
         return got
+
+    def _direct_copy_seconds(self, picks: list[tuple[int, int]]) -> float:
+        """Seconds to copy one expert from the registered mapping into a scratch slot (0: none ready)."""
+        d = self.direct
+        ready = [(layer, e) for layer, e in picks if d is not None and d.ready(layer)]
+        if d is None or not ready or not self.cuda:
+            return 0.0
+        dst = self.core.slot_view(self.core.plan.n_slots)  # the first scratch slot: unused at load
+        copy_direct(dst, d.sources(*ready[0]))
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for layer, e in ready:
+            copy_direct(dst, d.sources(layer, e))
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / len(ready)
+
+    def wait_direct(self, timeout: float) -> int:
+        """Wait for the background registration (at load); returns the layers ready for direct copies."""
+        if self.direct is None:
+            return 0
+        self.direct.wait(timeout)
+        return self.direct.ready_layers
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def _reset_after_failure(self) -> None:
@@ -268,3 +306,9 @@ class PrefillRunner:
             self.ring.close()
             self.ring = None
         self.experts.close()
+        if self.direct is not None:
+            if self.cuda:
+                torch.cuda.synchronize()  # no copy may still read a page being unlocked
+            self.direct.close()
+            self.direct = None
+            self.experts.direct = None

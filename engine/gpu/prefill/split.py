@@ -43,18 +43,21 @@ class SplitRates:
     cpu_pass: float = 1 / 60e9  # a: reading + decoding the expert once (one-token kernel, 8 threads)
     cpu_token: float = 1 / 180e9  # b: each further token's arithmetic
     stage: float = 1 / 9.7e9  # s: packing (the wall) + PCIe; MEASURED 9.7 GB/s at 8 threads, H200 host
+    # s when the layer is copied straight from the registered mapping (direct.py): PCIe alone,
+    # MEASURED 51.7 GB/s on the H200 host; the default leaves room for the copies' launch cost
+    direct: float = 1 / 40e9
 
     def cpu_seconds(self, pairs: np.ndarray | int, nbytes: int) -> np.ndarray:
         n = np.asarray(pairs, dtype=np.float64)
         calls = np.ceil(n / CPU_CALL_TOKENS)
         return nbytes * (calls * self.cpu_pass + n * self.cpu_token)
 
-    def stage_seconds(self, nbytes: int) -> float:
-        return nbytes * self.stage
+    def stage_seconds(self, nbytes: int, direct: bool = False) -> float:
+        return nbytes * (self.direct if direct else self.stage)
 
 
 def choose_cpu(pairs: dict[int, int], nbytes: int, rates: SplitRates, can_stage: bool = True,
-               max_pairs: int = CPU_MAX_PAIRS) -> tuple[set[int], float, float]:
+               max_pairs: int = CPU_MAX_PAIRS, direct: bool = False) -> tuple[set[int], float, float]:
     """The non-resident experts (expert -> pairs) that the CPU should compute.
 
     Returns (CPU experts, predicted CPU lane seconds, predicted staging lane seconds)."""
@@ -68,7 +71,7 @@ def choose_cpu(pairs: dict[int, int], nbytes: int, rates: SplitRates, can_stage:
     experts, counts = experts[order], counts[order]
     eligible = int(np.searchsorted(counts, max_pairs, side="right"))
     cpu_lane = np.concatenate([[0.0], np.cumsum(rates.cpu_seconds(counts[:eligible], nbytes))])
-    stage_lane = (len(counts) - np.arange(eligible + 1)) * rates.stage_seconds(nbytes)
+    stage_lane = (len(counts) - np.arange(eligible + 1)) * rates.stage_seconds(nbytes, direct)
     best = int(np.argmin(np.maximum(cpu_lane, stage_lane)))  # ties: the fewest CPU experts
     return set(experts[:best].tolist()), float(cpu_lane[best]), float(stage_lane[best])
 
@@ -84,8 +87,8 @@ class SplitModel:
     stage_predicted: float = 0.0
     stage_observed: float = 0.0
 
-    def choose(self, pairs: dict[int, int], nbytes: int, can_stage: bool = True) -> set[int]:
-        return choose_cpu(pairs, nbytes, self.rates, can_stage)[0]
+    def choose(self, pairs: dict[int, int], nbytes: int, can_stage: bool = True, direct: bool = False) -> set[int]:
+        return choose_cpu(pairs, nbytes, self.rates, can_stage, direct=direct)[0]
 
     def observe_cpu(self, seconds: float, pairs: np.ndarray, nbytes: int) -> None:
         """One CPU job: ``pairs`` of each expert it computed, ``seconds`` it took."""
@@ -116,9 +119,11 @@ class SplitModel:
         return seen
 
     @staticmethod
-    def fitted(one: float, many: float, tokens: int, stage: float, nbytes: int) -> SplitRates:
+    def fitted(one: float, many: float, tokens: int, stage: float, nbytes: int, direct: float = 0.0) -> SplitRates:
         """Rates from a calibration: ``one`` / ``many`` seconds for 1 / ``tokens`` tokens of one
-        CPU call over an expert of ``nbytes``, ``stage`` seconds to pack one expert."""
+        CPU call over an expert of ``nbytes``, ``stage`` seconds to pack one expert, ``direct``
+        seconds to copy one from the registered mapping (0: not measured, the default rate)."""
         per_token = max((many - one) / max(tokens - 1, 1), 0.0) / nbytes
         per_pass = max(one / nbytes - per_token, per_token * 0.1, 1e-13)
-        return SplitRates(cpu_pass=per_pass, cpu_token=max(per_token, 1e-14), stage=max(stage / nbytes, 1e-13))
+        return SplitRates(cpu_pass=per_pass, cpu_token=max(per_token, 1e-14), stage=max(stage / nbytes, 1e-13),
+                          direct=max(direct / nbytes, 1e-13) if direct > 0 else SplitRates.direct)

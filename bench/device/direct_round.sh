@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Direct copies with the measured split (the defaults), one GPU-machine call (repo root, carry
+# [".whl", ".o200k"]), 36 layers, 12 GiB, 8 threads; results in $OUT (*.json, round.log, table.md):
+#   1. first-ever: a fresh Triton cache, one 600-token prompt in a fresh process (cold)
+#   2. mirrored: defaults (6 scratch slots) / 12 scratch slots / 12 / defaults; 600 and 3,000 tokens,
+#      each with a 600-token follow-up
+#   3. 13,000 tokens with a 600-token follow-up
+#   4. the shipped 13k coding conversation through `neural serve` (real o200k tokenizer, follow-ups)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+T0=$(date +%s)
+. bench/device/env.sh
+export NEURAL_O200K_DIR=$PWD/.o200k NEURAL_CACHE_DIR=/tmp/neural-direct-round-cache
+rm -rf "$NEURAL_CACHE_DIR"
+CK=/dev/shm/neural-direct/uniform
+[ -f "$CK/SYNTHETIC.json" ] || python3 -m app.cli.main synth --preset 120b-shape --layers 36 --seed 1 \
+  --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
+echo "synth done at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/round.log"
+run() {  # name, timeout, neural bench prompt args...
+  local name=$1 t=$2; shift 2
+  local l; l=$(left)
+  [ "$l" -lt 40 ] && { echo "skip $name: ${l}s left" | tee -a "$OUT/round.log"; return; }
+  [ "$t" -gt "$l" ] && t=$l
+  echo "== $name ($(( $(date +%s) - T0 )) s)" | tee -a "$OUT/round.log"
+  timeout "$t" python3 -m app.cli.main bench prompt "$CK" --backend gpu --budget-gib 12 --threads 8 \
+    --warmup 0 --json "$@" >"$OUT/$name.json" 2>>"$OUT/round.log" || echo "$name exited $?" | tee -a "$OUT/round.log"
+}
+run first-ever 100 --tokens 600 --repeats 1
+P=(--tokens 600,3000 --repeats 1 --followup 600)
+run defaults-1 70 "${P[@]}"
+run scratch12-1 70 "${P[@]}" --set scratch_slots=12
+run scratch12-2 70 "${P[@]}" --set scratch_slots=12
+run defaults-2 70 "${P[@]}"
+run defaults-13k 70 --tokens 13000 --repeats 1 --followup 600
+if [ "$(left)" -gt 100 ]; then
+  python3 -m app.cli.main serve "$CK" --backend gpu --budget-gib 12 --threads 8 --port 8099 \
+    --log-file "$OUT/api.log" >"$OUT/serve.log" 2>&1 &
+  SERVE=$!
+  S0=$(date +%s)
+  for _ in $(seq 60); do curl -sf http://127.0.0.1:8099/health >/dev/null && break; sleep 1; done
+  echo "server up in $(( $(date +%s) - S0 )) s" | tee -a "$OUT/round.log"
+  timeout $(( $(left) - 10 )) python3 -m app.cli.main bench replay --endpoint neural=http://127.0.0.1:8099 --rounds 1 \
+    --out "$OUT/replay" --json >"$OUT/replay-api.txt" 2>"$OUT/replay.err" || echo "replay exited $?"
+  kill "$SERVE"; wait "$SERVE" 2>/dev/null
+fi
+python3 -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
+python3 - "$OUT/replay-api.txt" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as exc:
+    print("replay unreadable", exc); raise SystemExit
+for name, e in r.get("summary", {}).get("endpoints", {}).items():
+    print("replay", name, "ttft", json.dumps(e.get("ttft_s")), "decode tps", e.get("decode_tps"))
+for row in r.get("requests", r.get("results", []))[:8]:
+    print(json.dumps(row)[:300])
+PY
+echo "done at $(( $(date +%s) - T0 )) s"

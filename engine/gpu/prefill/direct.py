@@ -1,0 +1,169 @@
+"""Staged experts copied straight from the checkpoint's mapping: no packing.
+
+The staging ring (staging.py) packs each non-resident expert into a pinned buffer before the
+copy engine can read it, and packing is the prompt path's wall: 11.5-13.6 GB/s on the H200 host
+against 50 GB/s of PCIe (bench.gpu.pack_probe, MEASURED). Registering the checkpoint's shard
+mappings with CUDA (``cudaHostRegister``, read-only) page-locks the page-cache pages the
+mapping already holds, and the copy engine then reads an expert's six parts where they lie:
+51.7 GB/s on the H200 host, the same as from a pinned buffer; registering cost 21-41 GB/s,
+once (bench.gpu.dma_probe, MEASURED on tmpfs and on a disk's page cache).
+
+Registration runs on a background thread at load, shard by shard in the order the layers need
+them, up to a byte budget (page-locked pages cannot be evicted, so the budget leaves the OS its
+headroom); a layer whose expert tensors all lie in registered shards is copied directly, any
+other layer goes through the ring as before. The bytes that reach a slot are the same either
+way (a test compares them), so the split between the two paths never changes the results.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...checkpoint import Checkpoint
+from ...plan import SLOT_PARTS
+from ..layout import ExpertLayout
+
+log = logging.getLogger(__name__)
+HOST_REGISTER_PORTABLE, HOST_REGISTER_READ_ONLY = 0x01, 0x08
+HEADROOM = 16 << 30  # RAM left unlocked for the OS, the app and the rest of the page cache (auto budget)
+RegisterFn = Callable[[int, int], int]  # (address, bytes) -> CUDA error code (0 = registered)
+
+
+def cuda_register(ptr: int, n: int) -> int:
+    flags = HOST_REGISTER_PORTABLE | HOST_REGISTER_READ_ONLY  # the mapping is read-only
+    return int(torch.cuda.cudart().cudaHostRegister(ptr, n, flags))
+
+
+def cuda_unregister(ptr: int) -> None:
+    torch.cuda.cudart().cudaHostUnregister(ptr)
+
+
+def auto_budget(mode: str) -> int:
+    """Bytes the registration may lock: "off" none; "on" no limit; "auto" the machine's RAM less
+    ``HEADROOM`` on Linux, none elsewhere (never measured on Windows, where file mappings and
+    page-locking work differently)."""
+    if mode == "off":
+        return 0
+    if mode == "on":
+        return 1 << 62
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+    return max(0, ram - HEADROOM)
+
+
+def _as_tensor(a: np.ndarray) -> torch.Tensor:
+    with warnings.catch_warnings():  # the mapping is read-only and only ever read
+        warnings.simplefilter("ignore")
+        return torch.from_numpy(a)
+
+
+class MappedExperts:
+    """Which layers can be copied from the registered mapping, and the source of each part."""
+
+    def __init__(self, ck: Checkpoint, layout: ExpertLayout, budget: int, *,
+                 register: RegisterFn = cuda_register, unregister: Callable[[int], None] = cuda_unregister,
+                 background: bool = True) -> None:
+        self.layout = layout
+        self.budget = budget
+        self._register, self._unregister = register, unregister
+        cfg = ck.config
+        # per layer and part: (shard, first byte, bytes per expert); shards in the order needed
+        self.spans: list[dict[str, tuple[str, int, int]]] = []
+        order: list[str] = []
+        for layer in range(cfg.num_hidden_layers):
+            row = {}
+            for part in SLOT_PARTS:
+                shard, start, end = ck.tensor_span(f"model.layers.{layer}.mlp.experts.{part}")
+                row[part] = (shard, start, (end - start) // cfg.num_local_experts)
+                if shard not in order:
+                    order.append(shard)
+            self.spans.append(row)
+        self._maps = {s: ck.shard_mapping(s) for s in order}
+        self._order = order
+        self._src: dict[str, torch.Tensor] = {}
+        self._registered: dict[str, int] = {}  # shard -> address registered
+        self.locked_bytes = 0
+        self.error: str | None = None  # why registration stopped early, if it did
+        self._stop = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self.register_all, name="neural-register", daemon=True)
+            self._thread.start()
+        else:
+            self.register_all()
+
+    def register_all(self) -> None:
+        for shard in self._order:
+            if self._stop:
+                return
+            m = self._maps[shard]
+            n = int(m.size)
+            if self.locked_bytes + n > self.budget:
+                self.error = f"RAM budget: {shard} would lock {(self.locked_bytes + n) / 2**30:.1f} GiB"
+                return
+            ptr = int(m.ctypes.data)
+            err = self._register(ptr, n)
+            if err != 0:
+                self.error = f"cudaHostRegister({shard}) failed with CUDA error {err}"
+                log.info("direct expert copies stop at %s: %s", shard, self.error)
+                return
+            with self._lock:
+                self._src[shard] = _as_tensor(m)
+                self._registered[shard] = ptr
+                self.locked_bytes += n
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def ready(self, layer: int) -> bool:
+        row = self.spans[layer]
+        with self._lock:
+            return all(row[p][0] in self._src for p in SLOT_PARTS)
+
+    def sources(self, layer: int, expert: int) -> list[tuple[int, torch.Tensor]]:
+        """(offset in the slot, source bytes) of each part of a ready layer's expert."""
+        out = []
+        row = self.spans[layer]
+        for part in SLOT_PARTS:
+            shard, start, size = row[part]
+            a = start + expert * size
+            out.append((self.layout.offsets[part], self._src[shard][a : a + size]))
+        return out
+
+    @property
+    def ready_layers(self) -> int:
+        return sum(self.ready(layer) for layer in range(len(self.spans)))
+
+    def close(self) -> None:
+        self._stop = True
+        self.wait()
+        with self._lock:
+            for ptr in self._registered.values():
+                try:
+                    self._unregister(ptr)
+                except Exception:  # a faulted context at exit: the process is ending anyway
+                    log.exception("cudaHostUnregister")
+            self._registered.clear()
+            self._src.clear()
+            self.locked_bytes = 0
+
+
+def copy_direct(dst: torch.Tensor, sources: list[tuple[int, Any]]) -> None:
+    """Copy an expert's parts into a slot (uint8 view) on the current stream, asynchronously."""
+    for off, src in sources:
+        dst[off : off + src.numel()].copy_(src, non_blocking=True)
