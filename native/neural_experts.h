@@ -86,7 +86,7 @@ extern "C" {
 #define NEURAL_PART_EXC 6
 #define NEURAL_NPARTS 7
 
-#define NEURAL_MAX_TOKENS 16
+#define NEURAL_MAX_TOKENS 256
 #define NEURAL_MAX_K 32
 #define NEURAL_MAX_THREADS 256
 #define NEURAL_MAX_DIM 16384
@@ -150,7 +150,7 @@ int64_t neural_record_bytes(const neural_shape *s);
 /* k experts of one layer for one token: out[H] = sum_e w[e] * expert_e(x). */
 int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
                      const float *x, float *out);
-/* ntok (<= 16) tokens through one expert: out[t][H] = w[t] * expert(x[t]). */
+/* ntok (<= NEURAL_MAX_TOKENS) tokens through one expert: out[t][H] = w[t] * expert(x[t]). */
 int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
                          const float *weights, float *out);
 /* Read `bytes` of memory with the whole team (DRAM bandwidth probe); returns a checksum. */

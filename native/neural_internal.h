@@ -23,8 +23,8 @@
 #endif
 
 #define NEURAL_MAX_G (16384 / 32)
-#define NEURAL_TOK_SEG 16                 /* blocks per decode4 call: 4 rows x 16 blocks = 8 KB of fp32 q */
-#define NEURAL_TOK_ACC_ROW (16 * 16)      /* floats per row in the accumulator tile (16 tokens x 16 lanes) */
+#define NEURAL_TOK_SEG 128                /* most blocks per decode4 call: 4 rows x 128 blocks = 64 KB of fp32 q */
+#define NEURAL_TOK_ACC_ROW (4 * 16)       /* floats per row in an accumulator tile (4 tokens x 16 lanes) */
 
 /* 2 * E2M1 value per 4-bit code, and S(s) = 2^(s-128) per scale byte. */
 extern const float neural_lut2[16];

@@ -145,7 +145,10 @@ def expert64(p: dict[str, np.ndarray], x: np.ndarray, limit: float, alpha: float
 
 def moe64(experts: list[dict[str, np.ndarray]], w: np.ndarray, x: np.ndarray, limit: float,
           alpha: float, bf16: bool = False) -> np.ndarray:
-    return sum(float(wi) * expert64(p, x, limit, alpha, bf16) for wi, p in zip(w, experts, strict=True))
+    out = np.zeros(x.shape, np.float64)
+    for wi, p in zip(w, experts, strict=True):
+        out = out + float(wi) * expert64(p, x, limit, alpha, bf16)
+    return out
 
 
 def random_expert(rng: np.random.Generator, hidden: int, inter: int, scale_lo: int = 122,
