@@ -90,7 +90,9 @@ def access_line(request: web.Request, status: int, seconds: float, reply: Reply 
         u = reply.usage
         ttft = f"{reply.ttft * 1000:.0f}ms" if reply.ttft is not None else "-"
         parts += [f"prompt={u.prompt_tokens}", f"cached={u.cached_tokens}", f"completion={u.completion_tokens}",
-                  f"ttft={ttft}", f"tok/s={u.decode_tps:.1f}", f"finish={reply.finish_reason}"]
+                  # prompt_s: the engine's prompt pass alone; ttft also waits for the first token with text
+                  f"prompt_s={u.prompt_seconds:.2f}", f"ttft={ttft}", f"tok/s={u.decode_tps:.1f}",
+                  f"finish={reply.finish_reason}"]
     parts.append(f"client={client_name(request)}")
     return " ".join(parts)
 

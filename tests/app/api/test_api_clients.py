@@ -170,6 +170,6 @@ def test_access_log_and_metrics(served: Served) -> None:
         time.sleep(0.1)
     lines = served.log.read_text().splitlines()
     line = next(x for x in lines if "POST /v1/chat/completions 200" in x)
-    for field in ("prompt=", "cached=", "completion=", "ttft=", "tok/s=", "client=127.0.0.1"):
+    for field in ("prompt=", "cached=", "completion=", "prompt_s=", "ttft=", "tok/s=", "client=127.0.0.1"):
         assert field in line
     assert KEY not in served.log.read_text()
