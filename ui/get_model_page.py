@@ -50,6 +50,7 @@ class ModelRow:
     usable: bool  # complete and parses
     store_present: bool
     remove_text: str  # "Delete" for downloads, "Forget" for added folders
+    resume_repo: str = ""  # an unfinished download: the repo "Resume download" continues
 
 
 def _wrapping(label: QLabel, style: str = "") -> QLabel:
@@ -129,7 +130,7 @@ class GetModelPage(QDialog):
         ml.addWidget(self.models, 1)
         brow = QHBoxLayout()
         self.use_btn = QPushButton("Use this model")
-        self.use_btn.clicked.connect(lambda: self._emit_selected(self.useRequested))
+        self.use_btn.clicked.connect(self._use_or_resume)
         self.store_btn = QPushButton("Build expert store")
         self.store_btn.clicked.connect(lambda: self._emit_selected(self.buildStoreRequested))
         self.remove_btn = QPushButton("Remove")
@@ -267,6 +268,13 @@ class GetModelPage(QDialog):
         if row is not None:
             signal.emit(row.path)
 
+    def _use_or_resume(self) -> None:
+        row = self.selected_row()
+        if row is not None and not row.usable and row.resume_repo:
+            self.downloadRequested.emit(row.resume_repo)
+        else:
+            self._emit_selected(self.useRequested)
+
     def _pick_folder(self) -> None:
         d = QFileDialog.getExistingDirectory(self, "Choose a gpt-oss model folder")
         if d:
@@ -277,7 +285,9 @@ class GetModelPage(QDialog):
         self.download_btn.setEnabled(not self._busy and self._checked is not None
                                      and self._checked == self.current_repo())
         self.cancel_btn.setEnabled(self._busy)
-        self.use_btn.setEnabled(row is not None and row.usable)
+        resume = row is not None and not row.usable and bool(row.resume_repo)
+        self.use_btn.setText("Resume download" if resume else "Use this model")
+        self.use_btn.setEnabled(row is not None and (row.usable or (resume and not self._busy)))
         self.store_btn.setEnabled(row is not None and row.usable and not row.store_present and not self._busy)
         self.remove_btn.setEnabled(row is not None and not self._busy)
         self.remove_btn.setText(row.remove_text if row is not None else "Remove")

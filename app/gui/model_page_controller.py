@@ -75,7 +75,8 @@ class ModelPageController(QObject):
             detail = f"{fmt(m.size_bytes)} on disk · {m.store or 'ready'}"
             rows.append(ModelRow(m.name, str(m.path), detail, m.complete and bool(m.store) and
                                  not m.store.startswith("Not a usable"), m.store_present,
-                                 "Delete…" if m.source == "download" else "Forget"))
+                                 "Delete…" if m.source == "download" else "Forget",
+                                 (m.repo_id or "") if m.source == "download" and not m.complete else ""))
         self.page.set_models(rows)
 
     def add_folder(self, folder: str) -> None:

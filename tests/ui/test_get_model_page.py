@@ -26,8 +26,10 @@ def hub(synth_dir, monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture
-def page_ctl(qtbot, hub: HubServer, tmp_path: Path):
+def page_ctl(qtbot, hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from app.gui.model_page_controller import ModelPageController
+
+    monkeypatch.setenv("NEURAL_HOME", str(tmp_path / "home"))  # the app's data (expert stores) stays in the test
 
     ctl = ModelPageController(tmp_path / "data", lambda: EngineSettings(backend="cpu"), endpoint=hub.url,
                               machine=lambda: (False, Machine(2, 8 * GIB, None), 6 * GIB), confirm=lambda _q: True)
@@ -80,14 +82,14 @@ def test_download_shows_progress_then_lists_the_model_with_its_store(qtbot, page
     assert any(t.startswith("Building the expert store") for t in texts)
     row = page.selected_row()
     assert row is not None and row.name == REPO and row.usable and row.store_present
-    assert "Expert store: experts-packed.nstore" in row.detail
+    assert "Expert store: " in row.detail and "experts-packed.nstore" in row.detail
     assert page.models.count() == 1 and not page.store_btn.isEnabled()
     with qtbot.waitSignal(page_ctl.modelChosen, timeout=1000) as chosen:
         qtbot.mouseClick(page.use_btn, qtbot_button())
     assert chosen.args == [row.path]
 
 
-def test_cancel_keeps_the_partial_download_which_can_be_removed(qtbot, page_ctl, hub: HubServer) -> None:
+def test_cancel_keeps_the_partial_download_which_resumes_or_is_removed(qtbot, page_ctl, hub: HubServer) -> None:
     page = page_ctl.page
     hub.faults.rate = 150_000
     page.choose(REPO)
@@ -100,6 +102,14 @@ def test_cancel_keeps_the_partial_download_which_can_be_removed(qtbot, page_ctl,
     assert page.progress_label.text().startswith("Cancelled: downloading again resumes")
     row = page.selected_row()
     assert row is not None and not row.usable and "Download not finished" in row.detail
+    assert page.use_btn.text() == "Resume download" and page.use_btn.isEnabled()
+    hub.faults.rate = 0
+    already = len(hub.log)
+    qtbot.mouseClick(page.use_btn, qtbot_button())  # resumes: the partial shard continues with a Range request
+    qtbot.waitUntil(lambda: "is downloaded, verified" in page.message.text(), timeout=60000)
+    assert any(m == "GET" and rng for m, _p, rng in hub.log[already:]), hub.log[already:]
+    row = page.selected_row()
+    assert row is not None and row.usable and page.use_btn.text() == "Use this model"
     assert page.remove_btn.text() == "Delete…"
     qtbot.mouseClick(page.remove_btn, qtbot_button())
     assert page.models.count() == 0 and not Path(row.path).exists()
@@ -134,11 +144,12 @@ def qtbot_button():
     return Qt.MouseButton.LeftButton
 
 
-def test_the_app_opens_the_page_from_its_file_menu(qtbot, tmp_path: Path) -> None:
+def test_the_app_opens_the_page_from_its_file_menu(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from app.core.paths import AppPaths
     from app.core.settings import load_settings
     from app.gui.app_controller import AppController
 
+    monkeypatch.setenv("NEURAL_HOME", str(tmp_path / "home"))
     paths = AppPaths.under(tmp_path / "home")
     c = AppController(paths, load_settings(paths.settings_file))
     qtbot.addWidget(c.window)
