@@ -144,32 +144,33 @@ class PromptExperts:
         self.stats.gemm_rows += wave.rows
         self.stats.gemm_waves += 1
 
-    def _stage_direct(self, layer: int, e: int, slot: int) -> None:
-        """Copy expert ``e`` from the registered mapping into scratch ``slot`` (copy stream)."""
+    def _stage_direct(self, layer: int, experts: list[int], slots: list[int]) -> None:
+        """Copy a wave's experts from the registered mapping into their scratch slots on the copy
+        stream, then make the compute stream wait for them: one stream switch, one timer and one
+        event per wave, since the host's launch work, not the bytes, bounds direct staging."""
         assert self.direct is not None and self.copy_stream is not None
-        sources = self.direct.sources(layer, e)
-        dst = self.core.slot_view(slot)
         with torch.cuda.stream(self.copy_stream):
-            prev = self.slot_free.get(slot)
-            if prev is not None:  # the slot's previous expert has been read by its GEMM
-                self.copy_stream.wait_event(prev)
+            waited: set[int] = set()
+            for slot in slots:
+                prev = self.slot_free.get(slot)
+                if prev is not None and id(prev) not in waited:  # the slot's last GEMM has read it
+                    self.copy_stream.wait_event(prev)
+                    waited.add(id(prev))
             begin = self.timer.start(self.copy_stream)
-            copy_direct(dst, sources)
+            for e, slot in zip(experts, slots, strict=True):
+                copy_direct(self.core.slot_view(slot), self.direct.sources(layer, e))
             self.timer.stop("copies", begin, self.copy_stream)
             done = torch.cuda.Event()
             done.record(self.copy_stream)
         torch.cuda.current_stream(self.dev).wait_event(done)
-        self.stats.direct_experts += 1
+        n = len(experts)
+        self.stats.direct_experts += n
+        self.stats.staged_experts += n
+        self.stats.staged_bytes += n * self.core.layout.payload_bytes
 
-    def _stage_in(self, layer: int, i: int, e: int, slot: int, direct: bool = False) -> None:
-        """Take expert ``e``'s packed buffer from the ring (or its parts from the registered
-        mapping) and copy it into scratch ``slot``; the compute stream will wait for exactly
-        this copy."""
-        if direct:
-            self._stage_direct(layer, e, slot)
-            self.stats.staged_experts += 1
-            self.stats.staged_bytes += self.core.layout.payload_bytes
-            return
+    def _stage_in(self, layer: int, i: int, e: int, slot: int) -> None:
+        """Take expert ``e``'s packed buffer from the ring and copy it into scratch ``slot``; the
+        compute stream will wait for exactly this copy."""
         assert self.ring is not None
         t0 = time.perf_counter()
         got_layer, got_e, buf = self.ring.take()
@@ -237,8 +238,12 @@ class PromptExperts:
                               device=self.dev)
             staged_in = 0
             for i, wave in enumerate(plan.waves):
+                if direct and staged_in <= wave.needs:  # the wave's experts, straight from the mapping
+                    self._stage_direct(layer, plan.staged[staged_in : wave.needs + 1],
+                                       plan.staged_slots[staged_in : wave.needs + 1])
+                    staged_in = wave.needs + 1
                 while staged_in <= wave.needs:  # bring in the staged experts this wave reads
-                    self._stage_in(layer, staged_in, plan.staged[staged_in], plan.staged_slots[staged_in], direct)
+                    self._stage_in(layer, staged_in, plan.staged[staged_in], plan.staged_slots[staged_in])
                     staged_in += 1
                 self._launch_wave(plan, i, tiles, t, order, w_flat, act, contrib)
                 if wave.frees and self.cuda:
