@@ -144,6 +144,10 @@ class _Graph:
         with torch.cuda.device(x.device), torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.out = fn(self.x)
         self.lock = threading.Lock()  # outputs are static: one replay + read at a time
+        # once per capture: the replay must equal the eager ops bit for bit, or the graph is not used
+        want = fn(self.x)
+        if not all(torch.equal(a, b) for a, b in zip(self(self.x), want, strict=True)):
+            raise RuntimeError("the replayed sampler graph differs from the eager ops")
 
     def __call__(self, x: torch.Tensor) -> Prepared:
         """Replays on x's current stream; the caller holds self.lock until it has read the outputs."""
