@@ -7,18 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+from engine.gpu.admission import AdmissionPolicy, AdmissionSettings
 
-from engine.gpu.admission import AdmissionPolicy, AdmissionSettings, Residency, rank_hot_set
-from engine.gpu.pool import SlotPool
-
-
-class _InstantCopier:
-    def start(self, slot: int, buffer: int) -> object:
-        return slot
-
-    def done(self, handle: object) -> bool:
-        return True
+from ..routing.slot_sim import decode_token, seeded_residency
 
 
 @dataclass(frozen=True)
@@ -47,35 +38,18 @@ def replay(calibration: list[list[list[int]]], trace: list[list[list[int]]], lay
         for ids in seq:
             for gid in ids:
                 policy.observe(gid // experts, [gid % experts], calibration_weight)
-    hot = rank_hot_set(policy.counts, n_slots // 2 if static_slots < 0 else min(static_slots, n_slots))
-    pool = SlotPool(n_slots, len(hot), np.full((layers, experts), -1, dtype=np.int32))
-    for slot, key in enumerate(hot):
-        pool.begin_copy(slot, key)
-        pool.finish_copy(slot)
-    res = Residency(pool, policy, _InstantCopier(), s.capture_buffers)
+    res = seeded_residency(policy, n_slots, n_slots // 2 if static_slots < 0 else min(static_slots, n_slots), s)
     hits = static = routed = tokens = 0
     for seq in trace:
         for ids in seq:
-            res.poll()
             per_layer: dict[int, list[int]] = {}
             for gid in ids:
                 per_layer.setdefault(gid // experts, []).append(gid % experts)
-            for layer in range(layers):
-                chosen = per_layer.get(layer, [])
-                misses = []
-                for e in chosen:
-                    slot = pool.slot_of((layer, e))
-                    if slot < 0:
-                        misses.append(e)
-                    else:
-                        hits += 1
-                        static += slot < pool.n_static
-                routed += len(chosen)
-                caps = res.captures_for(layer, misses) if misses and not policy.frozen else {}
-                if caps:
-                    res.after_compute(layer, caps)
-                policy.observe_token(layer, chosen, 1.0)
-            policy.token_done(pool)
+            chosen = [per_layer.get(layer, []) for layer in range(layers)]
+            h, st = decode_token(res, chosen, res.pool.n_static)
+            hits += h
+            static += st
+            routed += sum(len(c) for c in chosen)
             tokens += 1
     return SlotReplay(hits / routed if routed else 0.0, static / routed if routed else 0.0,
                       (hits - static) / routed if routed else 0.0, res.stats.admissions, tokens, n_slots)

@@ -14,18 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.gpu.admission import AdmissionPolicy, AdmissionSettings, Residency, rank_hot_set
-from engine.gpu.pool import SlotPool
+from engine.gpu.admission import AdmissionPolicy, AdmissionSettings
 
 from .replay_sim import belady_hits, flat_keys, lru_hits
-
-
-class _InstantCopier:
-    def start(self, slot: int, buffer: int) -> object:
-        return slot
-
-    def done(self, handle: object) -> bool:
-        return True
+from .slot_sim import decode_token, seeded_residency
 
 
 @dataclass(frozen=True)
@@ -55,33 +47,14 @@ def replay_policy(choices: np.ndarray, experts: int, slots: int, static: int = -
     policy = AdmissionPolicy(layers, experts, s)
     policy.observe_prompt(c[:prompt_tokens])
     n_static = slots // 2 if static < 0 else min(static, slots)
-    hot = rank_hot_set(policy.counts, n_static)
-    pool = SlotPool(slots, len(hot), np.full((layers, experts), -1, dtype=np.int32))
-    for slot, key in enumerate(hot):
-        pool.begin_copy(slot, key)
-        pool.finish_copy(slot)
-    res = Residency(pool, policy, _InstantCopier(), s.capture_buffers)
-    table = pool.table
+    res = seeded_residency(policy, slots, n_static, s)
     hits = static_hits = 0
     decode = c[prompt_tokens:]
     rows = decode.tolist()
     for tok in rows:
-        res.poll()
-        for layer in range(layers):
-            chosen = tok[layer]
-            misses = []
-            for e in chosen:
-                slot = int(table[layer, e])
-                if slot < 0:
-                    misses.append(e)
-                else:
-                    hits += 1
-                    static_hits += slot < n_static
-            caps = res.captures_for(layer, misses) if misses and not policy.frozen else {}
-            if caps:
-                res.after_compute(layer, caps)
-            policy.observe_token(layer, chosen, 1.0)
-        policy.token_done(pool)
+        h, sh = decode_token(res, tok, n_static)
+        hits += h
+        static_hits += sh
     uses = decode.size
     keys = flat_keys(c, experts)
     start = prompt_tokens * layers * k

@@ -108,6 +108,22 @@ def _lru_hits(keys: np.ndarray, n_keys: int, capacity: int, count_from: int) -> 
 
 
 @_jit
+def _sift_down(heap_t: np.ndarray, heap_k: np.ndarray, j: int, hn: int) -> None:
+    # restore the max-heap order below entry j of the first hn entries (by next use)
+    while True:
+        c = 2 * j + 1
+        if c >= hn:
+            break
+        if c + 1 < hn and heap_t[c + 1] > heap_t[c]:
+            c += 1
+        if heap_t[c] <= heap_t[j]:
+            break
+        heap_t[j], heap_t[c] = heap_t[c], heap_t[j]
+        heap_k[j], heap_k[c] = heap_k[c], heap_k[j]
+        j = c
+
+
+@_jit
 def _belady_hits(keys: np.ndarray, nxt: np.ndarray, n_keys: int, capacity: int, count_from: int) -> int:
     # MIN with bypass: on a miss with a full pool, drop whichever of (the pool + the new key) is
     # used farthest in the future. A binary max-heap of (next use, key) with lazy deletion: an
@@ -136,18 +152,7 @@ def _belady_hits(keys: np.ndarray, nxt: np.ndarray, n_keys: int, capacity: int, 
                     break
                 hn -= 1
                 heap_t[0], heap_k[0] = heap_t[hn], heap_k[hn]
-                j = 0
-                while True:
-                    c = 2 * j + 1
-                    if c >= hn:
-                        break
-                    if c + 1 < hn and heap_t[c + 1] > heap_t[c]:
-                        c += 1
-                    if heap_t[c] <= heap_t[j]:
-                        break
-                    heap_t[j], heap_t[c] = heap_t[c], heap_t[j]
-                    heap_k[j], heap_k[c] = heap_k[c], heap_k[j]
-                    j = c
+                _sift_down(heap_t, heap_k, 0, hn)
             if top_t <= t:  # the new key is needed last: bypass it
                 continue
             cur[top_k] = -1  # evict the top (its heap entry is now stale)
@@ -170,18 +175,7 @@ def _belady_hits(keys: np.ndarray, nxt: np.ndarray, n_keys: int, capacity: int, 
                     m += 1
             hn = m
             for s in range(hn // 2 - 1, -1, -1):  # heapify
-                j = s
-                while True:
-                    c = 2 * j + 1
-                    if c >= hn:
-                        break
-                    if c + 1 < hn and heap_t[c + 1] > heap_t[c]:
-                        c += 1
-                    if heap_t[c] <= heap_t[j]:
-                        break
-                    heap_t[j], heap_t[c] = heap_t[c], heap_t[j]
-                    heap_k[j], heap_k[c] = heap_k[c], heap_k[j]
-                    j = c
+                _sift_down(heap_t, heap_k, s, hn)
     return hits
 
 
