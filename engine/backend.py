@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 
 from .checkpoint import Checkpoint
-from .reference import ExpertsFn, KVCache, ReferenceModel
+from .reference import ExpertsFn, KVCache, ReferenceModel, cpu_has_bf16_gemm
 from .types import CancelToken, Telemetry
 
 ProgressFn = Callable[[int, int], None]
@@ -64,7 +64,7 @@ class ReferenceBackend:
     def __init__(self, ck: Checkpoint, dtype: torch.dtype, block: int = 256, experts_fn: ExpertsFn | None = None,
                  name: str = "cpu-reference") -> None:
         self.name = name
-        self.model = ReferenceModel(ck, dtype, experts_fn=experts_fn)
+        self.model = ReferenceModel(ck, dtype, experts_fn=experts_fn, bf16_gemm=cpu_has_bf16_gemm())
         self.cache = self.model.new_cache()
         self.block = block
 
