@@ -79,8 +79,9 @@ def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
                                          torch.tensor(stat / 2.0, dtype=torch.float64)))
 
 
-def draw(logits: torch.Tensor, seed: int, n: int = N, **kw: object) -> torch.Tensor:
+def draw(logits: torch.Tensor, seed: int, n: int = N, device_code: bool = False, **kw: object) -> torch.Tensor:
     s = Sampler(seed=seed, **kw)  # type: ignore[arg-type]
+    s.host_math = not device_code  # device_code: the GPU path's torch ops, run on the CPU
     counts = torch.zeros(V, dtype=torch.long)
     for _ in range(n):
         counts[s(logits)] += 1
@@ -103,6 +104,15 @@ def test_distribution_matches_transformers(name: str) -> None:
     kw = CASES[name]
     logits = lm_logits(11)
     counts = draw(logits, seed=5, **kw)  # type: ignore[arg-type]
+    assert chi_square_p(counts, reference(logits, **kw)) > P_MIN  # type: ignore[arg-type]
+
+
+@pytest.mark.slow  # ~10 s: 2000 draws through the torch ops on the CPU (the fast suite compares paths token for token)
+def test_device_path_distribution_matches_transformers() -> None:
+    """The sort-free device path (its torch ops on the CPU) against transformers directly."""
+    kw = dict(temperature=0.7, top_k=300, top_p=0.9, min_p=0.001)
+    logits = lm_logits(19, spread=0.3, peaks=3, boost=2.0)  # the kept set runs far past 256 tokens
+    counts = draw(logits, seed=6, device_code=True, **kw)  # type: ignore[arg-type]
     assert chi_square_p(counts, reference(logits, **kw)) > P_MIN  # type: ignore[arg-type]
 
 
