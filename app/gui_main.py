@@ -28,10 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="neural gui", description="The Neural desktop app.")
     add_arguments(p)
     args = p.parse_args(argv if argv is not None else [])
-    return run_app(args.model, args.screenshot_dir, args.home)
+    return run_app(args.model, args.screenshot_dir, args.home, end_process=True)
 
 
-def run_app(model: str | None = None, screenshot_dir: str | None = None, home: str | None = None) -> int:
+def run_app(model: str | None = None, screenshot_dir: str | None = None, home: str | None = None,
+            end_process: bool = False) -> int:
+    """``end_process``: the process ends (os._exit) as soon as the window closed and everything
+    the user owns is saved, instead of returning; for the app's own entry points, not in-process
+    callers (the screenshot script)."""
     if home:
         os.environ["NEURAL_HOME"] = str(Path(home).resolve())
     from app.core.paths import AppPaths
@@ -75,6 +79,7 @@ def run_app(model: str | None = None, screenshot_dir: str | None = None, home: s
 
     collector = GuiThreadGarbageCollector()
     controller = AppController(paths, settings)
+    controller.ending_process = end_process
     holder["c"] = controller
     controller.window.show()
     controller.start(model_dir=model, first_run_dialog=screenshot_dir is None)
@@ -95,9 +100,14 @@ def run_app(model: str | None = None, screenshot_dir: str | None = None, home: s
     try:
         code = qasync.run(run())
     finally:
-        collector.stop()
+        if not end_process:  # a last collection only matters to a process that goes on
+            collector.stop()
         crash.uninstall()
     log.info("exit %s", code)
+    if end_process:
+        from app.gui.quick_exit import end_now
+
+        end_now(int(code or 0), _instance_lock)
     return int(code or 0)
 
 

@@ -17,4 +17,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from app.gui_main import run_app
 
-    return run_app(args.model, args.screenshot_dir, args.home)
+    return run_app(args.model, args.screenshot_dir, args.home, end_process=True)

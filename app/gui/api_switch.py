@@ -67,6 +67,7 @@ class ApiSwitch(QObject):
         finally:
             self.busy = False
         self.server = server
+        server.engine = self.engine  # an engine that finished loading while the server started
         auth = "API key required" if api_key else "no API key (local programs only)"
         self.statusChanged.emit(f"Serving at {self.base_url} — {auth}", self.base_url, "ok")
         self.runningChanged.emit(True)

@@ -33,6 +33,7 @@ from ui.qt import QApplication, QDesktopServices, QFileDialog, QGuiApplication, 
 log = logging.getLogger(__name__)
 
 TELEMETRY_MS = 250  # four snapshots a second: smooth enough, and each is a cheap copy
+QUIT_WAIT_S = 5.0  # at quit, the longest wait for the engine to end a cancelled turn and save its state
 
 
 class AppController(QObject):
@@ -86,6 +87,9 @@ class AppController(QObject):
         self._hints.colorSchemeChanged.connect(self._follow_system_theme)
         self._closed = False
         self.api_task: asyncio.Future[Any] | None = None
+        # Set by gui_main when the process ends right after aclose(): shutdown then saves what the
+        # user owns and leaves the engine's teardown to the process's end (issue 21: quit lingered).
+        self.ending_process = False
 
     # ---- startup --------------------------------------------------------------------------
     def start(self, model_dir: str | None = None, first_run_dialog: bool = True) -> None:
@@ -440,7 +444,10 @@ class AppController(QObject):
         with contextlib.suppress(RuntimeError, TypeError):  # already gone with the application
             self._hints.colorSchemeChanged.disconnect(self._follow_system_theme)
         self.chat.save_interrupted()
-        self.host.shutdown()
+        if self.ending_process:
+            self.host.shutdown(QUIT_WAIT_S, release=False)
+        else:
+            self.host.shutdown()
         self.store.close()
 
     async def aclose(self) -> None:

@@ -218,13 +218,16 @@ class LocalEngineHost(QObject):
         if self._run is not None:
             self._run.cancel()
 
-    def shutdown(self, timeout: float = 10.0) -> None:
+    def shutdown(self, timeout: float = 10.0, release: bool = True) -> None:
+        """Cancel what runs; the worker ends its job (within a token) and saves that conversation's
+        state. ``release=False`` when the process ends next: waiting for a load and closing the
+        engine (its threads, mappings, GPU memory) is work the process's end does at once."""
         self.stop()
         if self._run is not None:
             self._run.wait(timeout)
-        if self._load_task is not None:
+        if release and self._load_task is not None:
             self._load_task.wait(timeout)
         self.worker.stop(timeout)
-        if self.engine is not None:
+        if release and self.engine is not None:
             self.engine.close()
             self.engine = None
