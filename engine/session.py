@@ -70,7 +70,8 @@ class ModelInfo:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProgress | None) -> tuple[Backend, str]:
+def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProgress | None,
+                    store_path: str | Path | None = None) -> tuple[Backend, str]:
     dtype = torch.bfloat16 if settings.dtype == "bfloat16" else torch.float32
     want = settings.backend
     note = ""
@@ -93,7 +94,8 @@ def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProg
         try:
             from .store.experts_cpu import native_experts_fn  # type: ignore[import-not-found]
 
-            fn = native_experts_fn(ck, threads=settings.threads(), bf16_inputs=dtype == torch.bfloat16)
+            fn = native_experts_fn(ck, threads=settings.threads(), store_path=store_path,
+                                   bf16_inputs=dtype == torch.bfloat16)
             return ReferenceBackend(ck, dtype, experts_fn=fn, name="cpu-native"), note
         except Exception as exc:  # the extension may be missing or fail to load: fall back, say why
             msg = f"native CPU expert kernel unavailable ({exc}); using the PyTorch reference"
@@ -152,13 +154,15 @@ class Engine:
 
     @classmethod
     def load(cls, model_dir: str | Path, settings: EngineSettings | None = None,
-             progress: LoadProgress | None = None) -> Engine:
+             progress: LoadProgress | None = None, store_path: str | Path | None = None) -> Engine:
+        """``store_path``: the CPU kernel's expert store when it is not next to the checkpoint
+        (the app keeps its stores in its data folder); checked against the checkpoint either way."""
         settings = settings or EngineSettings()
         if progress:
             progress("Opening checkpoint", 0.0)
         ck = Checkpoint.open(model_dir)
         load_tokenizer(ck.model_dir)  # fail early, before any heavy backend work
-        backend, note = _select_backend(ck, settings, progress)
+        backend, note = _select_backend(ck, settings, progress, store_path)
         eng = cls(ck, settings, backend, note)
         if progress:
             progress("Ready", 1.0)

@@ -28,6 +28,7 @@ def fail(msg: str) -> int:
 
 
 def load_engine(args: argparse.Namespace):  # -> engine.session.Engine
+    from app.core.expert_store import find_expert_store
     from app.core.models import resolve_model_dir
     from engine.checkpoint import CheckpointError
     from engine.session import Engine
@@ -35,6 +36,8 @@ def load_engine(args: argparse.Namespace):  # -> engine.session.Engine
 
     try:
         settings = settings_from_args(args)
-        return Engine.load(resolve_model_dir(args.model_dir), settings)
+        model_dir = resolve_model_dir(args.model_dir)
+        # the store the desktop app built for this checkpoint (in its data folder), if any
+        return Engine.load(model_dir, settings, store_path=find_expert_store(model_dir))
     except (CheckpointError, TokenizerError, SettingsError) as exc:
         raise SystemExit(fail(str(exc))) from exc

@@ -18,7 +18,7 @@ APP_NAME = "Neural"
 
 @dataclass(frozen=True)
 class AppPaths:
-    data_dir: Path  # conversations.db, saved engine states, generated demo model
+    data_dir: Path  # conversations.db, saved engine states, expert stores, generated demo model
     config_dir: Path  # settings.json
     log_dir: Path  # neural.log, crash dumps
 
@@ -29,6 +29,11 @@ class AppPaths:
     @property
     def states_dir(self) -> Path:
         return self.data_dir / "states"
+
+    @property
+    def stores_dir(self) -> Path:
+        """Expert stores the app builds, one folder per checkpoint fingerprint (app/core/expert_store.py)."""
+        return self.data_dir / "expert-stores"
 
     @property
     def settings_file(self) -> Path:

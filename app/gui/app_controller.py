@@ -48,7 +48,7 @@ class AppController(QObject):
         self.window = window or MainWindow(self.theme, ApiPanelValues(api.enabled, api.port, api.api_key,
                                                                       api.cors_origins))
         # No Qt parent: worker callbacks keep the host alive as long as they need it.
-        self.host = LocalEngineHost(paths.states_dir)
+        self.host = LocalEngineHost(paths.states_dir, paths.stores_dir)
         self.api = ApiSwitch(self)
         self.prefs_dialog: PreferencesDialog | None = None
         self.models_page: Any = None  # File ▸ Get a model… (app/gui/model_page_controller.py), made on first use
@@ -153,7 +153,7 @@ class AppController(QObject):
 
     def prepare_and_load(self, model_dir: str) -> None:
         """A newly chosen real model: build its expert store first (progress in the status bar), then load."""
-        present, text = store_status(model_dir)
+        present, text = store_status(model_dir, self.paths.stores_dir)
         if present or not text:  # has a store, or not a model folder (the load reports why)
             self.load_model(model_dir)
         else:
@@ -260,7 +260,7 @@ class AppController(QObject):
         gpu, machine = this_machine()  # the limits `neural doctor` sees: cores, RAM, the card's VRAM
         dlg = PreferencesDialog(self.preferences_values(), lambda cfg, s: estimate(cfg, s, gpu, machine),
                                 bundled_demo_dir(),
-                                self.window, store_status=store_status)
+                                self.window, store_status=lambda d: store_status(d, self.paths.stores_dir))
         dlg.applied.connect(self.apply_preferences)
         dlg.buildStoreRequested.connect(lambda d: self.build_store(d, dlg))
         self.prefs_dialog = dlg
@@ -355,7 +355,8 @@ class AppController(QObject):
             else:
                 self._host_state(self.host.state, self.host.detail)
 
-        task = BackgroundTask(lambda report: build_expert_store(model_dir, lambda d, t: report((d, t))),
+        task = BackgroundTask(lambda report: build_expert_store(model_dir, lambda d, t: report((d, t)),
+                                                                stores_dir=self.paths.stores_dir),
                               "build-store", self)
         task.progress.connect(progress)
         task.succeeded.connect(finished)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.engine_worker import EngineWorker, state_file_name
+from app.core.expert_store import find_expert_store
 from app.gui.tasks import BackgroundTask, Report
 from app.gui.worker_run import WorkerRun
 from engine.config import ConfigError
@@ -69,9 +70,10 @@ class LocalEngineHost(QObject):
     engineLoaded = Signal(object)  # Engine
     queueChanged = Signal(str, int)  # who runs on the engine ("" idle, "gui", "api"), how many wait
 
-    def __init__(self, states_dir: Path, parent: QObject | None = None) -> None:
+    def __init__(self, states_dir: Path, stores_dir: Path | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.states_dir = states_dir
+        self.stores_dir = stores_dir  # the app's expert stores (app/core/expert_store.py)
         # the one owner of the engine for this window and the local API it serves
         self.worker = EngineWorker(None, states_dir).start()
         self.worker.add_listener(self._worker_changed)
@@ -137,7 +139,9 @@ class LocalEngineHost(QObject):
                 running.cancel()
             if old is not None:
                 old.close()
-            return Engine.load(model_dir, settings, progress=lambda phase, frac: report((phase, frac)))
+            store = find_expert_store(model_dir, self.stores_dir) if self.stores_dir is not None else None
+            return Engine.load(model_dir, settings, progress=lambda phase, frac: report((phase, frac)),
+                               store_path=store)
 
         task = BackgroundTask(work, name="load-engine", parent=self)
         task.progress.connect(lambda pf: self.loadProgress.emit(str(pf[0]), float(pf[1])))

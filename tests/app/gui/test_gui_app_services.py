@@ -181,10 +181,12 @@ def test_preferences_build_expert_store_with_progress_then_reload(qtbot, make_ap
     fractions: list[float] = []
     c.host.loadProgress.connect(lambda _p, f: fractions.append(f))
     dlg.store_btn.click()
-    qtbot.waitUntil(lambda: (model / "experts-packed.nstore").is_file() and c.host.state == READY
-                    and c.host.engine is not first, timeout=30000)
+    built = c.paths.stores_dir / first.info.fingerprint / "experts-packed.nstore"  # the app's folder, not the model's
+    qtbot.waitUntil(lambda: built.is_file() and c.host.state == READY and c.host.engine is not first, timeout=30000)
     qtbot.waitUntil(lambda: not dlg.store_progress.isVisibleTo(dlg), timeout=5000)
-    assert dlg.store_label.text().startswith("Expert store: experts-packed.nstore")
+    assert dlg.store_label.text().startswith(f"Expert store: {built}")
+    assert not (model / "experts-packed.nstore").exists()
+    assert c.host.engine.backend.model.experts_fn.__self__.store.path == built  # the reloaded engine reads it
     assert not dlg.store_btn.isVisibleTo(dlg)
     dlg.close()
 
@@ -213,6 +215,7 @@ def test_first_run_dialog_choose_folder_builds_store_then_loads(qtbot, make_app,
     qtbot.waitUntil(lambda: seen == ["dialog"], timeout=20000)
     qtbot.waitUntil(lambda: c.host.state == READY and c.host.engine is not None
                     and c.host.engine.info.model_dir == model, timeout=60000)
-    assert (model / "experts-packed.nstore").is_file()  # built before the first load
+    built = c.paths.stores_dir / c.host.engine.info.fingerprint / "experts-packed.nstore"
+    assert built.is_file()  # built before the first load, into the app's data folder
     assert load_settings(c.paths.settings_file).model_dir == str(model)
     assert load_settings(c.paths.settings_file).first_run_done
