@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 HIST = 1 << 16  # buckets per radix round: two rounds resolve the 32-bit key
 GRAPHS = 2  # captured CUDA graphs kept (one per device, vocabulary and setting; ~10-25 MB each)
+CAPTURE_AFTER = 8  # eager tokens of a setting before its graph is captured (~0.1 s): short requests never pay it
 USE_CUDA_GRAPHS = True  # replay the sampler's ~50 small kernels as one graph on CUDA
 
 Prepared = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -158,6 +159,7 @@ class _Graph:
 
 
 _graphs: OrderedDict[tuple[object, ...], _Graph | None] = OrderedDict()
+_uses: dict[tuple[object, ...], int] = {}  # eager tokens per setting not captured yet
 _graphs_lock = threading.Lock()
 
 
@@ -187,6 +189,12 @@ def _graph_for(ds: DeviceSampler, x: torch.Tensor) -> _Graph | None:
         if key in _graphs:
             _graphs.move_to_end(key)
             return _graphs[key]
+        if len(_uses) > 64:
+            _uses.clear()
+        _uses[key] = _uses.get(key, 0) + 1
+        if _uses[key] <= CAPTURE_AFTER:
+            return None
+        del _uses[key]
         try:
             g: _Graph | None = _Graph(ds.prepare, x)
         except Exception:  # capture unsupported here (any reason): the same ops run eagerly

@@ -65,8 +65,8 @@ def make(impl: str, name: str, device_code: bool = False) -> Sampler | OldSample
 
 def time_one(s: Sampler | OldSampler, rows: list[torch.Tensor], tokens: int, repeats: int,
              sync: Callable[[], None]) -> dict[str, float]:
-    for x in rows[:4]:
-        s(x)  # warm-up (CUDA kernels, allocator, graph capture)
+    for i in range(sampling_device.CAPTURE_AFTER + 4):
+        s(rows[i % len(rows)])  # warm-up (CUDA kernels, allocator, graph capture)
     blocks = []
     for _ in range(repeats):
         sync()
@@ -85,6 +85,9 @@ def same_tokens(name: str, rows: list[torch.Tensor], n: int) -> dict[str, bool]:
     out = {}
     for graphs in (True, False):
         sampling_device.USE_CUDA_GRAPHS = graphs
+        s = make("new", name)
+        for i in range(sampling_device.CAPTURE_AFTER + 1):  # to the capture, then a fresh sampler
+            s(rows[i % len(rows)])
         s = make("new", name)
         out["graph" if graphs else "eager"] = [s(x) for x in rows[:n]] == want
         if graphs:

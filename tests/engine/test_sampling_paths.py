@@ -195,3 +195,31 @@ def test_penalties_device_copy_follows_the_output() -> None:
         for tok in (5, 5, 9, 3):
             assert torch.equal(pen.apply(x, host=False), pen.apply(x, host=True)), (rep, pres, tok)
             pen.record(tok)
+
+
+def test_graph_cache_captures_after_a_few_tokens_and_falls_back_on_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA graph bookkeeping (the capture itself needs CUDA): eager until a setting has run
+    CAPTURE_AFTER tokens, then one capture; a failed capture is remembered as eager; at most
+    GRAPHS settings kept."""
+    made: list[float] = []
+
+    class FakeGraph:
+        def __init__(self, fn: object, x: torch.Tensor) -> None:
+            made.append(float(x[0]))
+            if float(x[0]) < 0:
+                raise RuntimeError("capture failed")
+
+    monkeypatch.setattr(dev, "_Graph", FakeGraph)
+    monkeypatch.setattr(dev, "_graphs", dev.OrderedDict())
+    monkeypatch.setattr(dev, "_uses", {})
+    x = torch.ones(10)
+    ds = [dev.DeviceSampler(10, 1.0, 0, p, 0.0) for p in (0.9, 0.8, 0.7)]
+    got = [dev._graph_for(ds[0], x) for _ in range(dev.CAPTURE_AFTER + 3)]
+    assert got[: dev.CAPTURE_AFTER] == [None] * dev.CAPTURE_AFTER and made == [1.0]
+    assert all(isinstance(g, FakeGraph) and g is got[-1] for g in got[dev.CAPTURE_AFTER :])
+    bad = -x
+    assert [dev._graph_for(ds[1], bad) for _ in range(dev.CAPTURE_AFTER + 3)] == [None] * (dev.CAPTURE_AFTER + 3)
+    assert made == [1.0, -1.0] and dev.graphs_captured() == [True, False]  # tried once, then eager
+    for _ in range(dev.CAPTURE_AFTER + 1):
+        dev._graph_for(ds[2], x)
+    assert len(dev.graphs_captured()) == dev.GRAPHS and made[-1] == 1.0
