@@ -7,6 +7,7 @@ Downloads live in ``<data>/models/<owner>--<name>``, each with the manifest the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -121,9 +122,10 @@ def _describe(path: Path, source: str, repo_id: str | None, complete: bool,
                           store, present)
 
 
-def remove_model(data_dir: str | Path, path: str | Path) -> str:
-    """Delete a download (its folder under the models folder), or forget an added folder; returns
-    what was done, for the status line."""
+def remove_model(data_dir: str | Path, path: str | Path, store: Path | None = None) -> str:
+    """Delete a download (its folder under the models folder, and ``store``, its expert store, when
+    that lies in the app's data folder), or forget an added folder; returns what was done, for the
+    status line."""
     root = models_dir(data_dir).resolve()
     target = Path(path).resolve()
     folders = _folders(root)
@@ -133,4 +135,10 @@ def remove_model(data_dir: str | Path, path: str | Path) -> str:
     if target.parent != root or not (target / MANIFEST).is_file():
         raise ValueError(f"{target} is not a model this app downloaded into {root}; it is not deleted")
     shutil.rmtree(target)
-    return f"Deleted {target}."
+    done = f"Deleted {target}"
+    if store is not None and store.is_file() and Path(data_dir).resolve() in store.resolve().parents:
+        store.unlink()
+        with contextlib.suppress(OSError):
+            store.parent.rmdir()  # the checkpoint's store folder, when nothing else is in it
+        done += f" and its expert store {store}"
+    return done + "."

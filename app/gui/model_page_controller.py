@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.core.expert_store import build_expert_store, store_size_bytes, store_status
+from app.core.expert_store import build_expert_store, find_expert_store, store_size_bytes, store_status
 from app.core.model_catalog import GPT_OSS, add_folder, download_dir, installed_models, remove_model
 from app.core.model_download import (
     DownloadCancelled,
@@ -94,7 +94,8 @@ class ModelPageController(QObject):
         if downloaded and not self._ask(f"Delete {path} and everything in it?"):
             return
         try:
-            self.page.set_message(remove_model(self.data_dir, path))
+            store = find_expert_store(path) if downloaded else None  # the app's store of this checkpoint goes too
+            self.page.set_message(remove_model(self.data_dir, path, store))
         except (OSError, ValueError) as exc:
             self.page.set_message(f"Could not remove it: {exc}", error=True)
         self.refresh()

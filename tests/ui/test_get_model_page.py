@@ -29,9 +29,9 @@ def hub(synth_dir, monkeypatch: pytest.MonkeyPatch):
 def page_ctl(qtbot, hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from app.gui.model_page_controller import ModelPageController
 
-    monkeypatch.setenv("NEURAL_HOME", str(tmp_path / "home"))  # the app's data (expert stores) stays in the test
-
-    ctl = ModelPageController(tmp_path / "data", lambda: EngineSettings(backend="cpu"), endpoint=hub.url,
+    # the app's data (models, expert stores) stays in the test, as AppPaths.under(NEURAL_HOME) lays it out
+    monkeypatch.setenv("NEURAL_HOME", str(tmp_path / "home"))
+    ctl = ModelPageController(tmp_path / "home" / "data", lambda: EngineSettings(backend="cpu"), endpoint=hub.url,
                               machine=lambda: (False, Machine(2, 8 * GIB, None), 6 * GIB), confirm=lambda _q: True)
     qtbot.addWidget(ctl.page)
     ctl.page.show()
@@ -89,7 +89,8 @@ def test_download_shows_progress_then_lists_the_model_with_its_store(qtbot, page
     assert chosen.args == [row.path]
 
 
-def test_cancel_keeps_the_partial_download_which_resumes_or_is_removed(qtbot, page_ctl, hub: HubServer) -> None:
+def test_cancel_keeps_the_partial_download_which_resumes_or_is_removed(qtbot, page_ctl, hub: HubServer,
+                                                                       tmp_path: Path) -> None:
     page = page_ctl.page
     hub.faults.rate = 150_000
     page.choose(REPO)
@@ -111,8 +112,13 @@ def test_cancel_keeps_the_partial_download_which_resumes_or_is_removed(qtbot, pa
     row = page.selected_row()
     assert row is not None and row.usable and page.use_btn.text() == "Use this model"
     assert page.remove_btn.text() == "Delete…"
+    from app.core.expert_store import find_expert_store
+
+    store = find_expert_store(row.path)
+    assert store is not None and store.is_relative_to(tmp_path / "home")
     qtbot.mouseClick(page.remove_btn, qtbot_button())
-    assert page.models.count() == 0 and not Path(row.path).exists()
+    assert page.models.count() == 0 and not Path(row.path).exists() and not store.exists()
+    assert "and its expert store" in page.message.text()
 
 
 def test_an_unknown_repo_is_explained_on_the_page(qtbot, page_ctl) -> None:

@@ -51,8 +51,16 @@ def test_remove_deletes_downloads_and_only_forgets_folders(tmp_path: Path, tiny_
     added = cat.add_folder(data, tiny_model)
     assert "left as it was" in cat.remove_model(data, added)
     assert (added / "config.json").is_file()
-    assert cat.remove_model(data, done) == f"Deleted {done.resolve()}."
-    assert not done.exists() and cat.installed_models(data) == []
+    store = data / "expert-stores" / "abc123" / "experts-packed.nstore"
+    store.parent.mkdir(parents=True)
+    store.write_bytes(b"s")
+    elsewhere = tmp_path / "elsewhere.nstore"
+    elsewhere.write_bytes(b"s")
+    assert cat.remove_model(data, done, store) == f"Deleted {done.resolve()} and its expert store {store}."
+    assert not done.exists() and not store.parent.exists() and cat.installed_models(data) == []
+    again = make_download(data, tiny_model, "openai/gpt-oss-20b", True)
+    assert cat.remove_model(data, again, elsewhere) == f"Deleted {again.resolve()}."  # not the app's: kept
+    assert elsewhere.is_file()
     with pytest.raises(ValueError, match="not a model this app downloaded"):
         cat.remove_model(data, tiny_model)
     assert (tiny_model / "config.json").is_file()
