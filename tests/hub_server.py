@@ -88,6 +88,8 @@ class HubServer:
         self.repos = {r.repo_id: r for r in repos}
         self.faults = faults or Faults()
         self.log: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
+        self.auth: list[tuple[str, str | None]] = []  # (path, Authorization header)
+        self.cdn_host = "127.0.0.1"  # "localhost": the CDN is another host, as huggingface.co's is
         self.killed = threading.Event()
         self.port = 0
         self._httpd: ThreadingHTTPServer | None = None
@@ -159,6 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
         hub = self.server_hub
         path = unquote(urlsplit(self.path).path)
         hub.log.append((self.command, path, self.headers.get("Range")))
+        hub.auth.append((path, self.headers.get("Authorization")))
         parts = path.strip("/").split("/")
         if parts[:2] == ["api", "models"]:
             return self._api(parts[2:])
@@ -179,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(404, "EntryNotFound", "Entry not found")
             if f.lfs:  # the hub sends LFS files to its CDN
                 self.send_response(302)
-                self.send_header("Location", f"{hub.url}/cdn/{f.sha256}")
+                self.send_header("Location", f"http://{hub.cdn_host}:{hub.port}/cdn/{f.sha256}")
                 self.send_header("X-Repo-Commit", repo.commit)
                 self.send_header("X-Linked-Etag", f'"{f.sha256}"')
                 self.send_header("X-Linked-Size", str(len(f.data)))

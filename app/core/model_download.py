@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -408,9 +409,12 @@ def _fetch(listing: RepoListing, f: RemoteFile, part: Path, endpoint: str | None
         if meta.size is not None and meta.size != f.size:
             raise DownloadError(f"{f.path}: the hub now says {meta.size} bytes, its listing said {f.size}; "
                                 f"start the download again")
+        location = meta.location or url
+        if urlsplit(location).netloc != urlsplit(url).netloc:
+            headers.pop("authorization", None)  # a signed CDN URL: the hub token is not for that host
         with part.open("r+b" if resume else "wb") as raw:
             raw.seek(resume)
-            http_get(meta.location or url, _Sink(raw, meter, cancel), resume_size=resume,  # type: ignore[arg-type]
+            http_get(location, _Sink(raw, meter, cancel), resume_size=resume,  # type: ignore[arg-type]
                      headers=headers, expected_size=f.size, displayed_filename=f.path,
                      tqdm_class=silent_tqdm)  # type: ignore[arg-type]
     except DownloadError:

@@ -147,8 +147,9 @@ class ModelPageController(QObject):
             download(listing, dest, endpoint=endpoint, cancel=cancel, only=["config.json"])
             store = store_size_bytes(runnable_config(repo_id, dest))
             download(listing, dest, endpoint=endpoint, cancel=cancel, progress=report, extra_bytes=store)
-            report(("store", 0, 1))
-            build_expert_store(dest, lambda d, t: report(("store", d, t)))
+            if find_expert_store(dest) is None:  # a repeated download of a complete model has one
+                report(("store", 0, 1))
+                build_expert_store(dest, lambda d, t: report(("store", d, t)))
             return str(dest)
 
         self.page.set_busy(True)

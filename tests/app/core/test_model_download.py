@@ -70,6 +70,17 @@ def test_download_verifies_and_the_checkpoint_loads(hub: HubServer, hub_model: P
     assert all(r is None for r in hub.ranges(SHARD))  # nothing to resume
 
 
+def test_the_hub_token_goes_to_the_hub_not_to_the_cdn(hub: HubServer, hub_model: Path, tmp_path: Path) -> None:
+    hub.cdn_host = "localhost"  # another host name for the same server
+    listing = md.list_repo(REPO, endpoint=hub.url, token="hf_secret")
+    md.download(listing, tmp_path / "m", endpoint=hub.url, token="hf_secret")
+    assert_same_model(tmp_path / "m", hub_model)
+    cdn = [a for p, a in hub.auth if p.startswith("/cdn/")]
+    resolve = [a for p, a in hub.auth if "/resolve/" in p]
+    assert cdn and all(a is None for a in cdn)
+    assert resolve and all(a == "Bearer hf_secret" for a in resolve)
+
+
 def test_a_cut_connection_resumes_with_a_range_request(hub: HubServer, hub_model: Path, tmp_path: Path) -> None:
     hub.faults.cut_once[SHARD] = 100_000
     dest = fetch(hub, tmp_path / "m")
