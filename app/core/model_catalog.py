@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.model_download import MANIFEST, PART_DIR, folder_name, read_manifest
+from app.core.model_download import MANIFEST, PART_DIR, read_manifest
+from app.core.model_hub import folder_name
 from engine.config import ConfigError, ModelConfig
 
 FOLDERS_FILE = "folders.json"

@@ -6,7 +6,8 @@ HEAD that resolves a file, ranged GETs with its own retries when a connection dr
 60 GiB download would start over; here each file is fetched with the hub's ``http_get`` into a
 ``.part`` file that survives, and the next run resumes it with a Range request. Every file is
 checked against the hub's metadata (sha256 for LFS files, the git blob id for the small ones)
-before it takes its final name; a file that fails the check is fetched again once.
+before it takes its final name; a file that fails the check is fetched again once. The listing
+comes from app/core/model_hub.py, the progress reports from app/core/model_progress.py.
 """
 
 from __future__ import annotations
@@ -15,151 +16,33 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-GIB = 1 << 30
-MIB = 1 << 20
+from app.core.model_hub import (
+    GIB,
+    MIB,
+    DownloadCancelled,
+    DownloadError,
+    NotEnoughDiskSpace,
+    RemoteFile,
+    RepoListing,
+    VerificationError,
+)
+from app.core.model_progress import DownloadProgress, Meter, Progress, Sink
+
 PART_DIR = ".download"  # partial files, kept across runs so a download resumes
 MANIFEST = ".neural-download.json"  # what was fetched from where, and which files passed the check
 HEADROOM = 256 * MIB  # left free after the download and the store
-ENGINE_SUFFIXES = (".json", ".safetensors", ".jinja")  # the top-level files the engine reads
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 CHUNK = 4 * MIB  # hashing reads
 # Bytes per chunk huggingface_hub reads from the socket (its default is 10 MiB): progress moves in
 # these steps, and an interruption loses at most one chunk.
 HTTP_CHUNK = 1 * MIB
-
-
-class DownloadError(RuntimeError):
-    """A download that cannot go on; the message says why and what to do."""
-
-
-class DownloadCancelled(DownloadError):
-    pass
-
-
-class NotEnoughDiskSpace(DownloadError):
-    pass
-
-
-class VerificationError(DownloadError):
-    pass
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    path: str
-    size: int
-    sha256: str | None  # LFS files
-    blob_id: str | None  # git object id (the only hash the hub gives for small files)
-
-
-@dataclass(frozen=True)
-class RepoListing:
-    repo_id: str
-    revision: str  # the commit every file is fetched at, so a push mid-download cannot mix versions
-    files: tuple[RemoteFile, ...]
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
-
-@dataclass(frozen=True)
-class DownloadProgress:
-    phase: str  # "download" or "verify"
-    file: str
-    done: int  # bytes of the whole model present (download) or of this file hashed (verify)
-    total: int
-    rate: float  # bytes/s over the last seconds (0 until measured)
-    eta_s: float | None
-
-
-Progress = Callable[[DownloadProgress], None]
-
-
-def progress_text(p: DownloadProgress) -> str:
-    """One line for the page: what, how far, how fast, how long still."""
-    from engine.plan import fmt
-
-    if p.phase == "verify":
-        return f"Checking {p.file} against the hub's hash: {fmt(p.done)} of {fmt(p.total)}"
-    pct = f" ({100 * p.done / p.total:.0f} %)" if p.total else ""
-    text = f"Downloading {p.file}: {fmt(p.done)} of {fmt(p.total)}{pct}"
-    if p.rate > 0:
-        text += f" · {p.rate / MIB:.1f} MiB/s"
-    if p.eta_s is not None and p.done < p.total:
-        eta = p.eta_s
-        text += (f" · about {eta:.0f} s left" if eta < 90 else f" · about {eta / 60:.0f} min left" if eta < 5400
-                 else f" · about {eta / 3600:.1f} h left")
-    return text
-
-
-def folder_name(repo_id: str) -> str:
-    return repo_id.replace("/", "--")
-
-
-def check_repo_id(repo_id: str) -> str:
-    repo_id = repo_id.strip()
-    if not REPO_ID.match(repo_id):
-        raise DownloadError(f"{repo_id!r} is not a Hugging Face repo id: expected owner/name, e.g. openai/gpt-oss-20b")
-    return repo_id
-
-
-# ---- the listing ------------------------------------------------------------------------------
-def engine_files(siblings: Iterable[Any]) -> tuple[RemoteFile, ...]:
-    """The files the engine reads: top-level configs, tokenizer, template and safetensors weights
-    (gpt-oss repos also carry original/ and metal/ copies of the weights, as large again)."""
-    out = []
-    for s in siblings:
-        name = s.rfilename
-        if "/" in name or not name.endswith(ENGINE_SUFFIXES):
-            continue
-        lfs = s.lfs
-        size = lfs.size if lfs is not None else s.size
-        if size is None:
-            raise DownloadError(f"the hub listing gives no size for {name}")
-        out.append(RemoteFile(name, int(size), lfs.sha256 if lfs is not None else None, s.blob_id))
-    return tuple(sorted(out, key=lambda f: (f.sha256 is not None, f.path)))  # small files first
-
-
-def list_repo(repo_id: str, revision: str = "main", endpoint: str | None = None,
-              token: str | bool | None = None) -> RepoListing:
-    """The repo's engine files with sizes and hashes, pinned to the revision's commit."""
-    from huggingface_hub import HfApi, constants
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
-
-    repo_id = check_repo_id(repo_id)
-    where = endpoint or constants.ENDPOINT
-    if constants.is_offline_mode():
-        raise DownloadError("Downloads are switched off: HF_HUB_OFFLINE is set in the environment. Unset it to "
-                            "download a model.")
-    try:
-        info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision, files_metadata=True)
-    except GatedRepoError as exc:
-        raise DownloadError(f"{repo_id} is gated: accept its terms on the hub and log in (hf auth login)") from exc
-    except RepositoryNotFoundError as exc:
-        raise DownloadError(f"No model {repo_id!r} on {where}: check the repo id (owner/name)") from exc
-    except RevisionNotFoundError as exc:
-        raise DownloadError(f"{repo_id} has no revision {revision!r}") from exc
-    except Exception as exc:
-        raise DownloadError(f"Could not reach {where}: {type(exc).__name__}: {exc}") from exc
-    files = engine_files(info.siblings or [])
-    names = {f.path for f in files}
-    if "config.json" not in names or not any(n.endswith(".safetensors") for n in names):
-        raise DownloadError(f"{repo_id} has no config.json and safetensors weights at its top level: not a "
-                            f"gpt-oss checkpoint this app can run")
-    if not info.sha:
-        raise DownloadError(f"{where} gave no commit for {repo_id}@{revision}")
-    return RepoListing(repo_id, info.sha, files)
 
 
 # ---- what is on disk --------------------------------------------------------------------------
@@ -240,61 +123,6 @@ def expected_digest(f: RemoteFile) -> str | None:
     return f.sha256 or f.blob_id
 
 
-# ---- progress ---------------------------------------------------------------------------------
-class _Meter:
-    """Bytes of the whole model present, the rate over a sliding window, throttled reports."""
-
-    WINDOW = 5.0
-    EVERY = 0.1
-
-    def __init__(self, total: int, done: int, report: Progress | None) -> None:
-        self.total, self.done, self.report = total, done, report
-        self.file = ""
-        self._samples: list[tuple[float, int]] = [(time.monotonic(), done)]
-        self._last = 0.0
-
-    def add(self, n: int, force: bool = False) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.report is None or (not force and now - self._last < self.EVERY):
-            return
-        self._last = now
-        self._samples.append((now, self.done))
-        while len(self._samples) > 2 and now - self._samples[0][0] > self.WINDOW:
-            self._samples.pop(0)
-        t0, d0 = self._samples[0]
-        rate = (self.done - d0) / (now - t0) if now > t0 and self.done > d0 else 0.0
-        eta = (self.total - self.done) / rate if rate > 0 else None
-        self.report(DownloadProgress("download", self.file, self.done, self.total, rate, eta))
-
-
-class _Sink:
-    """The file http_get writes to: counts bytes for the meter and stops on cancel."""
-
-    def __init__(self, raw: Any, meter: _Meter, cancel: threading.Event | None) -> None:
-        self.raw, self.meter, self.cancel = raw, meter, cancel
-
-    def write(self, data: bytes) -> int:
-        if self.cancel is not None and self.cancel.is_set():
-            raise DownloadCancelled("Download cancelled")
-        n: int = self.raw.write(data)
-        self.meter.add(len(data))
-        return n
-
-    def tell(self) -> int:
-        return int(self.raw.tell())
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        return int(self.raw.seek(pos, whence))
-
-    def truncate(self, size: int | None = None) -> int:
-        # http_get truncates when a server ignored the Range header and sent the whole file again
-        before = os.fstat(self.raw.fileno()).st_size
-        n = int(self.raw.truncate(size))
-        self.meter.add(n - before)
-        return n
-
-
 # ---- the download -----------------------------------------------------------------------------
 def download(listing: RepoListing, dest: str | Path, *, endpoint: str | None = None,
              token: str | bool | None = None, cancel: threading.Event | None = None,
@@ -315,7 +143,7 @@ def download(listing: RepoListing, dest: str | Path, *, endpoint: str | None = N
     manifest["complete"] = False
     manifest["total_bytes"] = listing.total_bytes
     _write_manifest(dest, manifest)
-    meter = _Meter(sub.total_bytes, present_bytes(sub, dest), progress)
+    meter = Meter(sub.total_bytes, present_bytes(sub, dest), progress)
     for f in files:
         if cancel is not None and cancel.is_set():
             raise DownloadCancelled("Download cancelled")
@@ -331,8 +159,11 @@ def download(listing: RepoListing, dest: str | Path, *, endpoint: str | None = N
     have = {f.path for f in listing.files if f.path in manifest["files"]}
     manifest["complete"] = have == {f.path for f in listing.files}
     _write_manifest(dest, manifest)
-    with contextlib.suppress(OSError):
-        (dest / PART_DIR).rmdir()  # only when empty
+    if manifest["complete"]:
+        remove_partial(dest)  # leftovers of a version the hub no longer has
+    else:
+        with contextlib.suppress(OSError):
+            (dest / PART_DIR).rmdir()  # only when empty
     return dest
 
 
@@ -359,13 +190,22 @@ def _already_verified(dest: Path, f: RemoteFile, manifest: dict[str, Any], cance
 
 
 def _verify_report(f: RemoteFile, progress: Progress | None) -> Callable[[int], None] | None:
+    """Hash progress, at most ten reports a second (and the last)."""
     if progress is None:
         return None
-    return lambda done: progress(DownloadProgress("verify", f.path, done, f.size, 0.0, None))
+    last = [0.0]
+
+    def report(done: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= Meter.EVERY or done >= f.size:
+            last[0] = now
+            progress(DownloadProgress("verify", f.path, done, f.size, 0.0, None))
+
+    return report
 
 
 def _fetch_verified(listing: RepoListing, f: RemoteFile, dest: Path, endpoint: str | None,
-                    token: str | bool | None, cancel: threading.Event | None, meter: _Meter,
+                    token: str | bool | None, cancel: threading.Event | None, meter: Meter,
                     progress: Progress | None) -> None:
     part = part_path(dest, f)
     part.parent.mkdir(parents=True, exist_ok=True)
@@ -387,7 +227,7 @@ def _fetch_verified(listing: RepoListing, f: RemoteFile, dest: Path, endpoint: s
 
 
 def _fetch(listing: RepoListing, f: RemoteFile, part: Path, endpoint: str | None, token: str | bool | None,
-           cancel: threading.Event | None, meter: _Meter) -> None:
+           cancel: threading.Event | None, meter: Meter) -> None:
     from huggingface_hub import constants
     from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url, http_get
     from huggingface_hub.utils import build_hf_headers
@@ -414,7 +254,7 @@ def _fetch(listing: RepoListing, f: RemoteFile, part: Path, endpoint: str | None
             headers.pop("authorization", None)  # a signed CDN URL: the hub token is not for that host
         with part.open("r+b" if resume else "wb") as raw:
             raw.seek(resume)
-            http_get(location, _Sink(raw, meter, cancel), resume_size=resume,  # type: ignore[arg-type]
+            http_get(location, Sink(raw, meter, cancel), resume_size=resume,  # type: ignore[arg-type]
                      headers=headers, expected_size=f.size, displayed_filename=f.path,
                      tqdm_class=silent_tqdm)  # type: ignore[arg-type]
     except DownloadError:

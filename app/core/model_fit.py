@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.model_download import GIB, HEADROOM
+from app.core.model_download import HEADROOM
+from app.core.model_hub import GIB
 from engine.config import ModelConfig
 from engine.plan import Machine, estimate, fmt
 from engine.residency.budget import MemoryInfo, RamBudget, ram_advice

@@ -14,18 +14,10 @@ from typing import Any
 
 from app.core.expert_store import build_expert_store, find_expert_store, store_size_bytes, store_status
 from app.core.model_catalog import GPT_OSS, add_folder, download_dir, installed_models, remove_model
-from app.core.model_download import (
-    DownloadCancelled,
-    DownloadError,
-    DownloadProgress,
-    check_disk_space,
-    download,
-    free_bytes,
-    list_repo,
-    present_bytes,
-    progress_text,
-)
+from app.core.model_download import check_disk_space, download, free_bytes, present_bytes
 from app.core.model_fit import judge_fit
+from app.core.model_hub import DownloadCancelled, DownloadError, list_repo
+from app.core.model_progress import DownloadProgress, progress_text
 from app.gui.tasks import BackgroundTask
 from engine.config import ConfigError, ModelConfig
 from engine.plan import fmt

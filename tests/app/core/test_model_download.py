@@ -1,6 +1,7 @@
-"""Downloads from a local server that speaks the hub's protocol (tests/hub_server.py): resume after
-a cut connection, a killed server or a cancel; hashes checked; the disk-space refusal. Nothing
-here reaches the internet: every call gets the local endpoint."""
+"""Downloads (app/core/model_download.py, model_hub.py, model_progress.py) from a local server that
+speaks the hub's protocol (tests/hub_server.py): resume after a cut connection, a killed server or a
+cancel; hashes checked; the disk-space refusal. Nothing here reaches the internet: every call gets the
+local endpoint."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from hub_server import HubRepo, HubServer
 
 from app.core import model_download as md
+from app.core import model_hub as hub_api
+from app.core import model_progress as mp
 from engine.checkpoint import Checkpoint
 
 REPO = "openai/gpt-oss-tiny"
@@ -37,7 +40,7 @@ def hub(hub_model: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def fetch(server: HubServer, dest: Path, **kw) -> Path:
-    return md.download(md.list_repo(REPO, endpoint=server.url), dest, endpoint=server.url, **kw)
+    return md.download(hub_api.list_repo(REPO, endpoint=server.url), dest, endpoint=server.url, **kw)
 
 
 def assert_same_model(dest: Path, source: Path) -> None:
@@ -50,7 +53,7 @@ def assert_same_model(dest: Path, source: Path) -> None:
 
 
 def test_listing_keeps_the_engine_files_with_their_hashes(hub: HubServer, hub_model: Path) -> None:
-    listing = md.list_repo(REPO, endpoint=hub.url)
+    listing = hub_api.list_repo(REPO, endpoint=hub.url)
     names = {f.path for f in listing.files}
     assert names == {p.name for p in hub_model.iterdir()}  # not original/, not README.md
     shard = next(f for f in listing.files if f.path == SHARD)
@@ -61,18 +64,18 @@ def test_listing_keeps_the_engine_files_with_their_hashes(hub: HubServer, hub_mo
 
 
 def test_download_verifies_and_the_checkpoint_loads(hub: HubServer, hub_model: Path, tmp_path: Path) -> None:
-    seen: list[md.DownloadProgress] = []
+    seen: list[mp.DownloadProgress] = []
     dest = fetch(hub, tmp_path / "m", progress=seen.append)
     assert_same_model(dest, hub_model)
     downloads = [p for p in seen if p.phase == "download"]
     assert downloads[-1].done == downloads[-1].total == sum(f.stat().st_size for f in hub_model.iterdir())
-    assert "of" in md.progress_text(downloads[-1])
+    assert "of" in mp.progress_text(downloads[-1])
     assert all(r is None for r in hub.ranges(SHARD))  # nothing to resume
 
 
 def test_the_hub_token_goes_to_the_hub_not_to_the_cdn(hub: HubServer, hub_model: Path, tmp_path: Path) -> None:
     hub.cdn_host = "localhost"  # another host name for the same server
-    listing = md.list_repo(REPO, endpoint=hub.url, token="hf_secret")
+    listing = hub_api.list_repo(REPO, endpoint=hub.url, token="hf_secret")
     md.download(listing, tmp_path / "m", endpoint=hub.url, token="hf_secret")
     assert_same_model(tmp_path / "m", hub_model)
     cdn = [a for p, a in hub.auth if p.startswith("/cdn/")]
@@ -108,9 +111,9 @@ def test_a_killed_server_restarted_mid_file_is_resumed(hub: HubServer, hub_model
 def test_a_dead_server_leaves_a_partial_file_the_next_run_resumes(hub: HubServer, hub_model: Path,
                                                                    tmp_path: Path) -> None:
     hub.faults.kill_at[SHARD] = 120_000
-    listing = md.list_repo(REPO, endpoint=hub.url)
+    listing = hub_api.list_repo(REPO, endpoint=hub.url)
     port = hub.port
-    with pytest.raises(md.DownloadError, match="downloading again resumes from there"):
+    with pytest.raises(hub_api.DownloadError, match="downloading again resumes from there"):
         md.download(listing, tmp_path / "m", endpoint=hub.url)
     part = md.part_path(tmp_path / "m", next(f for f in listing.files if f.path == SHARD))
     kept = part.stat().st_size
@@ -125,14 +128,14 @@ def test_cancel_stops_mid_file_and_the_next_run_resumes(hub: HubServer, hub_mode
     hub.faults.rate = 400_000  # bytes/s: the cancel lands inside the shard
     cancel = threading.Event()
 
-    def progress(p: md.DownloadProgress) -> None:
+    def progress(p: mp.DownloadProgress) -> None:
         if p.file == SHARD and p.phase == "download":
             cancel.set()
 
-    with pytest.raises(md.DownloadCancelled):
+    with pytest.raises(hub_api.DownloadCancelled):
         fetch(hub, tmp_path / "m", cancel=cancel, progress=progress)
     assert not (tmp_path / "m" / SHARD).exists()
-    listing = md.list_repo(REPO, endpoint=hub.url)
+    listing = hub_api.list_repo(REPO, endpoint=hub.url)
     kept = md.part_path(tmp_path / "m", next(f for f in listing.files if f.path == SHARD)).stat().st_size
     assert 0 < kept < (hub_model / SHARD).stat().st_size
     hub.faults.rate = 0
@@ -164,14 +167,15 @@ def test_a_file_damaged_on_disk_is_detected_and_fetched_again(hub: HubServer, hu
 
 def test_a_file_that_never_verifies_is_refused(hub: HubServer, tmp_path: Path) -> None:
     hub.faults.corrupt[SHARD] = 2
-    with pytest.raises(md.VerificationError, match=re.escape(f"{SHARD} from {REPO} failed its check twice: sha256")):
+    expected = re.escape(f"{SHARD} from {REPO} failed its check twice: sha256")
+    with pytest.raises(hub_api.VerificationError, match=expected):
         fetch(hub, tmp_path / "m")
     assert not (tmp_path / "m" / SHARD).exists()
 
 
 def test_not_enough_disk_space_is_refused_before_writing(hub: HubServer, tmp_path: Path) -> None:
-    listing = md.list_repo(REPO, endpoint=hub.url)
-    with pytest.raises(md.NotEnoughDiskSpace) as err:
+    listing = hub_api.list_repo(REPO, endpoint=hub.url)
+    with pytest.raises(hub_api.NotEnoughDiskSpace) as err:
         md.download(listing, tmp_path / "m", endpoint=hub.url, extra_bytes=3 << 30, free=lambda _p: 2 << 30)
     msg = str(err.value)
     assert msg.startswith(f"Not enough disk space for {REPO} in {tmp_path / 'm'}")
@@ -182,26 +186,26 @@ def test_not_enough_disk_space_is_refused_before_writing(hub: HubServer, tmp_pat
 
 
 def test_bad_repo_ids_and_unknown_repos_are_named(hub: HubServer, tmp_path: Path) -> None:
-    with pytest.raises(md.DownloadError, match="not a Hugging Face repo id"):
-        md.list_repo("gpt oss", endpoint=hub.url)
-    with pytest.raises(md.DownloadError, match=re.escape("No model 'openai/nope' on http://127.0.0.1")):
-        md.list_repo("openai/nope", endpoint=hub.url)
+    with pytest.raises(hub_api.DownloadError, match="not a Hugging Face repo id"):
+        hub_api.list_repo("gpt oss", endpoint=hub.url)
+    with pytest.raises(hub_api.DownloadError, match=re.escape("No model 'openai/nope' on http://127.0.0.1")):
+        hub_api.list_repo("openai/nope", endpoint=hub.url)
     (tmp_path / "readme").mkdir()
     (tmp_path / "readme" / "README.md").write_text("hi")
     hub.repos["someone/notes"] = HubRepo.from_folder("someone/notes", tmp_path / "readme")
-    with pytest.raises(md.DownloadError, match="not a gpt-oss checkpoint"):
-        md.list_repo("someone/notes", endpoint=hub.url)
+    with pytest.raises(hub_api.DownloadError, match="not a gpt-oss checkpoint"):
+        hub_api.list_repo("someone/notes", endpoint=hub.url)
 
 
 def test_offline_mode_is_explained(hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub.constants as hf_constants
 
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(md.DownloadError, match="HF_HUB_OFFLINE is set"):
-        md.list_repo(REPO, endpoint=hub.url)
+    with pytest.raises(hub_api.DownloadError, match="HF_HUB_OFFLINE is set"):
+        hub_api.list_repo(REPO, endpoint=hub.url)
 
 
 def test_progress_text_gives_rate_and_time_left() -> None:
-    p = md.DownloadProgress("download", "model.safetensors", 3 << 30, 13 << 30, 50 * md.MIB, 204.8)
-    assert md.progress_text(p) == ("Downloading model.safetensors: 3.00 GiB of 13.00 GiB (23 %) · 50.0 MiB/s · "
+    p = mp.DownloadProgress("download", "model.safetensors", 3 << 30, 13 << 30, 50 * hub_api.MIB, 204.8)
+    assert mp.progress_text(p) == ("Downloading model.safetensors: 3.00 GiB of 13.00 GiB (23 %) · 50.0 MiB/s · "
                                    "about 3 min left")
