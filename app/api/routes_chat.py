@@ -11,12 +11,9 @@ from aiohttp import web
 
 from engine.types import ToolCall
 
-from .app_key import SERVER_KEY
 from .chat_request import ChatRequest, parse_chat_request
-from .fields import read_json_object
-from .observe import T0_KEY
+from .generation import end_stream, event_stream, read_conversation_request, start_conversation, whole_answer
 from .reply import Reply
-from .sse import ClientGone, SseWriter
 from .usage import chat_usage
 
 if TYPE_CHECKING:
@@ -40,30 +37,13 @@ def reasoning_tokens(server: ApiServer, reply: Reply) -> int:
 
 @routes.post("/v1/chat/completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    server = request.app[SERVER_KEY]
-    engine = server.require_engine()
-    body = await read_json_object(request, server.config.body_timeout_s)
-    req = parse_chat_request(body, context_limit=server.context_limit(engine),
-                             vocab_size=int(engine.config.vocab_size))
-    guide = await server.compile(engine, req.constraint, "response_format" if req.constraint and
-                                 req.constraint.kind == "json" else "tool_choice", req.params.max_tokens)
-    await server.check_conversation_fits(engine, req.conversation, "messages")
-    job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request,
-                        req.conversation)
-    reply = Reply(job, request.get(T0_KEY))
-    server.track(request, reply, req.warnings)
+    server, engine, req = await read_conversation_request(request, parse_chat_request)
+    reply = await start_conversation(request, server, engine, req, "response_format", "messages")
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()), "model": server.model_id,
             "system_fingerprint": "neural-" + engine.info.fingerprint[:12]}
     if req.stream:
         return await _stream(request, server, req, reply, meta)
-    try:
-        async with contextlib.aclosing(reply.pieces()) as pieces:
-            async for _ in pieces:
-                pass
-    finally:
-        if not job.finished:
-            job.cancel()
-    reply.raise_if_failed()
+    await whole_answer(reply)
     message: dict[str, Any] = {"role": "assistant", "content": reply.content or (None if reply.tool_calls else ""),
                                "refusal": None}
     if reply.reasoning:
@@ -79,8 +59,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def _stream(request: web.Request, server: ApiServer, req: ChatRequest, reply: Reply,
                   meta: dict[str, Any]) -> web.StreamResponse:
-    sse = SseWriter(request, server.config.stall_timeout_s)
-
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         out = {**meta, "object": "chat.completion.chunk",
                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
@@ -89,7 +67,7 @@ async def _stream(request: web.Request, server: ApiServer, req: ChatRequest, rep
         return out
 
     n_calls = 0
-    try:
+    async with event_stream(request, server, reply) as sse:
         await sse.send(chunk({"role": "assistant", "content": ""}))
         async with contextlib.aclosing(reply.pieces()) as pieces:
             async for piece in pieces:
@@ -102,18 +80,7 @@ async def _stream(request: web.Request, server: ApiServer, req: ChatRequest, rep
                     n_calls += 1
                 elif piece.kind == "progress":
                     await sse.comment(f"prompt {piece.progress[0]}/{piece.progress[1]}")
-        if reply.finish_reason in ("error", "cancelled"):
-            await sse.send({"error": {"message": f"Generation stopped: {reply.error or reply.finish_reason}.",
-                                      "type": "server_error", "param": None, "code": "engine_error"}})
-        else:
-            await sse.send(chunk({}, reply.finish_reason))
-        if req.include_usage:
-            await sse.send({**meta, "object": "chat.completion.chunk", "choices": [],
-                            "usage": chat_usage(reply.usage, reasoning_tokens(server, reply))})
-        await sse.done()
-    except ClientGone:
-        reply.job.cancel()
-    finally:  # any failure while streaming: no generation may run on without its client
-        if not reply.job.finished:
-            reply.job.cancel()
+        usage = ({**meta, "object": "chat.completion.chunk", "choices": [],
+                  "usage": chat_usage(reply.usage, reasoning_tokens(server, reply))} if req.include_usage else None)
+        await end_stream(sse, reply, chunk({}, reply.finish_reason), usage)
     return await sse.close()

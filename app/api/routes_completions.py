@@ -13,10 +13,8 @@ from .app_key import SERVER_KEY
 from .chat_request import max_tokens_param
 from .errors import invalid
 from .fields import describe, get_bool, get_dict, get_int, read_json_object, type_name
-from .observe import T0_KEY
+from .generation import end_stream, event_stream, start, whole_answer
 from .params import COMPLETION_KEYS, sampling_params, unknown_fields
-from .reply import Reply
-from .sse import ClientGone, SseWriter
 from .usage import chat_usage
 
 routes = web.RouteTableDef()
@@ -61,9 +59,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     if get_int(body, "best_of", "best_of", lo=1, hi=20, default=1) != 1:
         raise invalid("'best_of' must be 1 on this server.", param="best_of", code="unsupported_value")
     await server.check_text_fits(engine, prompt, "prompt")
-    job = server.submit(lambda cancel: engine.complete(prompt, params, cancel), request)
-    reply = Reply(job, request.get(T0_KEY))
-    server.track(request, reply, warnings)
+    reply = start(request, server, lambda cancel: engine.complete(prompt, params, cancel), warnings)
     meta = {"id": "cmpl-" + secrets.token_hex(12), "object": "text_completion", "created": int(time.time()),
             "model": server.model_id, "system_fingerprint": "neural-" + engine.info.fingerprint[:12]}
 
@@ -71,37 +67,18 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
 
     if not stream:
-        try:
-            async with contextlib.aclosing(reply.pieces()) as pieces:
-                async for _ in pieces:
-                    pass
-        finally:
-            if not job.finished:
-                job.cancel()
-        reply.raise_if_failed()
+        await whole_answer(reply)
         text = (prompt if echo else "") + reply.content
         return web.json_response({**meta, "choices": [choice(text, reply.finish_reason)],
                                   "usage": chat_usage(reply.usage)})
 
-    sse = SseWriter(request, server.config.stall_timeout_s)
-    try:
+    async with event_stream(request, server, reply) as sse:
         if echo:
             await sse.send({**meta, "choices": [choice(prompt, None)]})
         async with contextlib.aclosing(reply.pieces()) as pieces:
             async for piece in pieces:
                 if piece.kind == "content":
                     await sse.send({**meta, "choices": [choice(piece.text, None)]})
-        if reply.finish_reason in ("error", "cancelled"):
-            await sse.send({"error": {"message": f"Generation stopped: {reply.error or reply.finish_reason}.",
-                                      "type": "server_error", "param": None, "code": "engine_error"}})
-        else:
-            await sse.send({**meta, "choices": [choice("", reply.finish_reason)]})
-        if include_usage:
-            await sse.send({**meta, "choices": [], "usage": chat_usage(reply.usage)})
-        await sse.done()
-    except ClientGone:
-        reply.job.cancel()
-    finally:  # any failure while streaming: no generation may run on without its client
-        if not job.finished:
-            job.cancel()
+        await end_stream(sse, reply, {**meta, "choices": [choice("", reply.finish_reason)]},
+                         {**meta, "choices": [], "usage": chat_usage(reply.usage)} if include_usage else None)
     return await sse.close()

@@ -9,13 +9,9 @@ from typing import Any
 
 from aiohttp import web
 
-from .app_key import SERVER_KEY
-from .fields import read_json_object
-from .observe import T0_KEY
-from .reply import Reply
+from .generation import event_stream, read_conversation_request, start_conversation, whole_answer
 from .responses_output import ResponseBuilder
 from .responses_request import parse_responses_request
-from .sse import ClientGone, SseWriter
 from .usage import responses_usage
 
 routes = web.RouteTableDef()
@@ -23,18 +19,8 @@ routes = web.RouteTableDef()
 
 @routes.post("/v1/responses")
 async def create_response(request: web.Request) -> web.StreamResponse:
-    server = request.app[SERVER_KEY]
-    engine = server.require_engine()
-    body = await read_json_object(request, server.config.body_timeout_s)
-    req = parse_responses_request(body, context_limit=server.context_limit(engine),
-                                  vocab_size=int(engine.config.vocab_size))
-    guide = await server.compile(engine, req.constraint, "text.format" if req.constraint and
-                                 req.constraint.kind == "json" else "tool_choice", req.params.max_tokens)
-    await server.check_conversation_fits(engine, req.conversation, "input")
-    job = server.submit(lambda cancel: engine.generate(req.conversation, req.params, cancel, guide=guide), request,
-                        req.conversation)
-    reply = Reply(job, request.get(T0_KEY))
-    server.track(request, reply, req.warnings)
+    server, engine, req = await read_conversation_request(request, parse_responses_request)
+    reply = await start_conversation(request, server, engine, req, "text.format", "input")
     builder = ResponseBuilder()
     created = time.time()
     resp: dict[str, Any] = {
@@ -56,23 +42,14 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         return resp
 
     if not req.stream:
-        try:
-            async with contextlib.aclosing(reply.pieces()) as pieces:
-                async for piece in pieces:
-                    builder.feed(piece)
-        finally:
-            if not job.finished:
-                job.cancel()
+        await whole_answer(reply, builder.feed)
         builder.finish(incomplete=reply.finish_reason == "length")
-        reply.raise_if_failed()
         return web.json_response(finalize())
 
-    sse = SseWriter(request, server.config.stall_timeout_s)
+    async with event_stream(request, server, reply) as sse:
+        async def send(ev: dict[str, Any]) -> None:
+            await sse.send(ev, event=ev["type"])
 
-    async def send(ev: dict[str, Any]) -> None:
-        await sse.send(ev, event=ev["type"])
-
-    try:
         await send(builder.event("response.created", response=dict(resp)))
         await send(builder.event("response.in_progress", response=dict(resp)))
         async with contextlib.aclosing(reply.pieces()) as pieces:
@@ -87,9 +64,4 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(
             final["status"], "response.failed")
         await send(builder.event(kind, response=final))
-    except ClientGone:
-        reply.job.cancel()
-    finally:  # any failure while streaming: no generation may run on without its client
-        if not job.finished:
-            job.cancel()
     return await sse.close()
