@@ -275,8 +275,7 @@ class AppController(QObject):
         from app.gui.model_page_controller import ModelPageController
 
         if self.models_page is None:
-            self.models_page = ModelPageController(self.paths.data_dir, self.settings.engine_settings, self.window,
-                                                   endpoint)
+            self.models_page = ModelPageController(self.paths, self.settings.engine_settings, self.window, endpoint)
             self.models_page.modelChosen.connect(self.use_model)
             self.models_page.storeBuilt.connect(self._model_store_built)
         self.models_page.refresh()
@@ -289,10 +288,11 @@ class AppController(QObject):
         return self.models_page
 
     def use_model(self, model_dir: str) -> None:
-        """A model picked on the "Get a model" page becomes the configured one and loads."""
+        """A model picked on the "Get a model" page becomes the configured one and loads (its expert
+        store built first when it has none, as for a folder chosen at first run)."""
         self.settings.model_dir = model_dir
         self.save()
-        self.load_model(model_dir)
+        self.prepare_and_load(model_dir)
         self._update_backend_label()
 
     def _model_store_built(self, model_dir: str) -> None:

@@ -18,6 +18,7 @@ from app.core.model_download import check_disk_space, download, free_bytes, pres
 from app.core.model_fit import judge_fit
 from app.core.model_hub import DownloadCancelled, DownloadError, list_repo
 from app.core.model_progress import DownloadProgress, progress_text
+from app.core.paths import AppPaths
 from app.gui.tasks import BackgroundTask
 from engine.config import ConfigError, ModelConfig
 from engine.plan import fmt
@@ -32,7 +33,7 @@ class ModelPageController(QObject):
     modelChosen = Signal(str)  # "Use this model": the folder
     storeBuilt = Signal(str)  # a store was written for this folder
 
-    def __init__(self, data_dir: str | Path, settings: Callable[[], EngineSettings],
+    def __init__(self, paths: AppPaths, settings: Callable[[], EngineSettings],
                  parent_widget: QWidget | None = None, endpoint: str | None = None,
                  machine: Callable[[], tuple[bool, Any, int | None]] | None = None,
                  confirm: Callable[[str], bool] | None = None) -> None:
@@ -40,7 +41,8 @@ class ModelPageController(QObject):
         engine.plan.Machine, RAM available) as ``neural doctor`` probes them; ``confirm(question)``
         asks before deleting (a message box by default)."""
         super().__init__(None)
-        self.data_dir = Path(data_dir)
+        self.data_dir = paths.data_dir  # downloads go to <data>/models
+        self.stores_dir = paths.stores_dir  # the expert stores the app builds
         self.settings = settings
         self.endpoint = endpoint
         self._machine = machine or probe_machine
@@ -63,7 +65,8 @@ class ModelPageController(QObject):
     # ---- the model list ---------------------------------------------------------------------
     def refresh(self) -> None:
         rows = []
-        for m in installed_models(self.data_dir, store_status):
+        stores = self.stores_dir
+        for m in installed_models(self.data_dir, lambda p: store_status(p, stores)):
             detail = f"{fmt(m.size_bytes)} on disk · {m.store or 'ready'}"
             rows.append(ModelRow(m.name, str(m.path), detail, m.complete and bool(m.store) and
                                  not m.store.startswith("Not a usable"), m.store_present,
@@ -86,7 +89,7 @@ class ModelPageController(QObject):
         if downloaded and not self._ask(f"Delete {path} and everything in it?"):
             return
         try:
-            store = find_expert_store(path) if downloaded else None  # the app's store of this checkpoint goes too
+            store = find_expert_store(path, self.stores_dir) if downloaded else None  # the app's store goes too
             self.page.set_message(remove_model(self.data_dir, path, store))
         except (OSError, ValueError) as exc:
             self.page.set_message(f"Could not remove it: {exc}", error=True)
@@ -130,7 +133,7 @@ class ModelPageController(QObject):
             return None
         self._cancel = threading.Event()
         self._fraction = 0.0
-        cancel, endpoint, data_dir = self._cancel, self.endpoint, self.data_dir
+        cancel, endpoint, data_dir, stores = self._cancel, self.endpoint, self.data_dir, self.stores_dir
 
         def work(report: Callable[[Any], None]) -> str:
             listing = list_repo(repo_id, endpoint=endpoint)
@@ -139,9 +142,9 @@ class ModelPageController(QObject):
             download(listing, dest, endpoint=endpoint, cancel=cancel, only=["config.json"])
             store = store_size_bytes(runnable_config(repo_id, dest))
             download(listing, dest, endpoint=endpoint, cancel=cancel, progress=report, extra_bytes=store)
-            if find_expert_store(dest) is None:  # a repeated download of a complete model has one
+            if find_expert_store(dest, stores) is None:  # a repeated download of a complete model has one
                 report(("store", 0, 1))
-                build_expert_store(dest, lambda d, t: report(("store", d, t)))
+                build_expert_store(dest, lambda d, t: report(("store", d, t)), stores)
             return str(dest)
 
         self.page.set_busy(True)
@@ -188,7 +191,9 @@ class ModelPageController(QObject):
         if self.task is not None and self.task.running:
             return None
         self.page.set_busy(True)
-        task = BackgroundTask(lambda report: str(build_expert_store(path, lambda d, t: report(("store", d, t)))),
+        stores = self.stores_dir
+        task = BackgroundTask(lambda report: str(build_expert_store(path, lambda d, t: report(("store", d, t)),
+                                                                    stores)),
                               "build-store")
         task.progress.connect(self._progress)
 

@@ -27,12 +27,13 @@ def hub(synth_dir, monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def page_ctl(qtbot, hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from app.core.paths import AppPaths
     from app.gui.model_page_controller import ModelPageController
 
-    # the app's data (models, expert stores) stays in the test, as AppPaths.under(NEURAL_HOME) lays it out
-    monkeypatch.setenv("NEURAL_HOME", str(tmp_path / "home"))
-    ctl = ModelPageController(tmp_path / "home" / "data", lambda: EngineSettings(backend="cpu"), endpoint=hub.url,
-                              machine=lambda: (False, Machine(2, 8 * GIB, None), 6 * GIB), confirm=lambda _q: True)
+    monkeypatch.setenv("NEURAL_HOME", str(tmp_path / "home"))  # nothing of the app's data outside the test
+    ctl = ModelPageController(AppPaths.under(tmp_path / "home"), lambda: EngineSettings(backend="cpu"),
+                              endpoint=hub.url, machine=lambda: (False, Machine(2, 8 * GIB, None), 6 * GIB),
+                              confirm=lambda _q: True)
     qtbot.addWidget(ctl.page)
     ctl.page.show()
     progress: list[tuple[str, float | None]] = []
@@ -148,6 +149,49 @@ def qtbot_button():
     from ui.qt import Qt
 
     return Qt.MouseButton.LeftButton
+
+
+@pytest.fixture
+def gui_thread_gc(qapp):
+    """As tests/app/gui/conftest.py does for the engine's threads: no automatic GC while they run
+    (app/gui/gc_guard.py), a collection on the GUI thread afterwards."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    yield
+    for _ in range(3):
+        qapp.processEvents()
+    gc.collect()
+    if was:
+        gc.enable()
+
+
+def test_the_model_chosen_on_the_page_is_configured_and_loads(qtbot, tmp_path: Path, tiny_model: Path,
+                                                              monkeypatch: pytest.MonkeyPatch, gui_thread_gc) -> None:
+    from app.core.expert_store import find_expert_store
+    from app.core.paths import AppPaths
+    from app.core.settings import load_settings
+    from app.gui.app_controller import AppController
+    from app.gui.engine_host import READY
+
+    monkeypatch.setenv("NEURAL_HOME", str(tmp_path / "home"))
+    paths = AppPaths.under(tmp_path / "home")
+    settings = load_settings(paths.settings_file)
+    settings.set_engine_settings(EngineSettings(backend="cpu", dtype="float32", cpu_threads=1, context=2048))
+    c = AppController(paths, settings)
+    qtbot.addWidget(c.window)
+    try:
+        page = c.open_get_model()
+        qtbot.addWidget(page.page)
+        page.add_folder(str(tiny_model))
+        assert page.page.selected_path() == str(tiny_model.resolve())
+        qtbot.mouseClick(page.page.use_btn, qtbot_button())
+        qtbot.waitUntil(lambda: c.host.state == READY, timeout=60000)
+        assert load_settings(paths.settings_file).model_dir == str(tiny_model.resolve())
+        assert find_expert_store(tiny_model, paths.stores_dir) is not None  # built first, in the app's folder
+    finally:
+        c.shutdown()
 
 
 def test_the_app_opens_the_page_from_its_file_menu(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
