@@ -1,5 +1,5 @@
-"""The doctor's expert-store check: is there a store beside the checkpoint, does it match, and
-if it has to be built, is there room on the disk for it."""
+"""The doctor's expert-store check: is there a store (the app's, in its data folder, or one beside
+the checkpoint), does it match, and if it has to be built, is there room on the disk for it."""
 
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ def model_label(model_dir: Path) -> str | None:
 
 def store_file_bytes(model_dir: Path) -> int | None:
     try:
-        from engine.store.reader import find_store
+        from app.core.expert_store import find_expert_store
     except ImportError:
         return None
-    path = find_store(model_dir)
+    path = find_expert_store(model_dir)
     return path.stat().st_size if path is not None else None
 
 
@@ -51,17 +51,20 @@ def check_store(model_dir: Path, cfg: ModelConfig) -> list[Check]:
     from .check import Check
 
     try:
+        from app.core.expert_store import find_expert_store
+        from app.core.paths import AppPaths
         from engine.store.format import StoreError
-        from engine.store.reader import ExpertStore, find_store
+        from engine.store.reader import ExpertStore
     except ImportError as exc:
         return [Check("Expert store", "info", f"this build has no expert store support ({exc}); experts are read "
                       "from the checkpoint")]
     small_demo = model_label(model_dir) is not None
-    path = find_store(model_dir)
+    path = find_expert_store(model_dir)
     if path is None:
         need = store_bytes_estimate(cfg)
+        where = AppPaths.default().stores_dir  # where the app builds it (the model folder is only read)
         try:
-            free = shutil.disk_usage(model_dir).free
+            free = shutil.disk_usage(next(p for p in (where, *where.parents) if p.exists())).free
         except OSError:
             free = -1
         room = "" if free < 0 else f"; {free / GIB:.1f} GiB free there"
@@ -69,7 +72,7 @@ def check_store(model_dir: Path, cfg: ModelConfig) -> list[Check]:
             return [Check("Expert store", "info", "none beside this demo/synthetic model; its experts are read "
                           "from the checkpoint (fine at this size)")]
         if 0 <= free < need:
-            return [Check("Expert store", "fail", f"not built; it needs ≈ {need / GIB:.1f} GiB in {model_dir}{room}",
+            return [Check("Expert store", "fail", f"not built; it needs ≈ {need / GIB:.1f} GiB in {where}{room}",
                           f"Free {((need - free) / GIB) + 1:.0f} GiB on that drive, then run "
                           f"`neural build-store \"{model_dir}\" --format packed` (or build it from Preferences).")]
         return [Check("Expert store", "warn", f"not built (≈ {need / GIB:.1f} GiB{room}): the CPU reads experts "

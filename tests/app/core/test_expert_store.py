@@ -133,3 +133,17 @@ def test_the_stores_are_keyed_by_the_checkpoint(tmp_path, synth_dir):
     assert store_status(tmp_path / "not-a-model", stores) == (False, "")
     with pytest.raises(ValueError, match="fingerprint"):
         app_store_path(stores, "../escape")
+
+
+def test_doctor_sees_the_store_in_the_app_folder(tmp_path, tiny_model, monkeypatch):
+    from app.doctor.store import check_store, store_file_bytes
+    from engine.config import ModelConfig
+
+    monkeypatch.setenv("NEURAL_HOME", str(tmp_path / "home"))  # AppPaths.default(): the app's folder here
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    built = build_expert_store(model)  # the default folder: the app's
+    assert built.is_relative_to(AppPaths.default().stores_dir)
+    [check] = check_store(model, ModelConfig.load(model))
+    assert check.status == "ok" and "matches the checkpoint" in check.summary
+    assert store_file_bytes(model) == built.stat().st_size
