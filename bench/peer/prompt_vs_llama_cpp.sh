@@ -8,6 +8,8 @@
 # same bytes per expert as the real model), its GGUF written by llama.cpp's own converter
 # (convert_synth_gguf.py), then llama-bench pp$TOKENS and `neural bench prompt --tokens $TOKENS`
 # in the order llama, neural, neural, llama, each a fresh process with one warm-up run.
+# With NEURAL_BEFORE set (another `neural` command, e.g. a wrapper running an older checkout) the
+# order is llama, before, neural, neural, before, llama: both comparisons mirrored in one window.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -28,11 +30,16 @@ llama() {
   "$WORK/build/bin/llama-bench" -m "$GGUF" -p "$TOKENS" -n 0 -t "$THREADS" -r 2 -o md
 }
 neural() {
-  echo "== neural CPU prompt $TOKENS, $THREADS threads"
-  "$NEURAL" bench prompt "$CKPT" --backend cpu --threads "$THREADS" --torch-threads "$THREADS" \
+  local cmd=${1:-$NEURAL}
+  echo "== neural CPU prompt $TOKENS, $THREADS threads ($cmd)"
+  "$cmd" bench prompt "$CKPT" --backend cpu --threads "$THREADS" --torch-threads "$THREADS" \
     --tokens "$TOKENS" --repeats 2 --warmup 1 --check-tokens 0
 }
 date -u
 uptime  # the load: on a shared machine say it next to the figures
-llama; neural; neural; llama
+if [ -n "${NEURAL_BEFORE:-}" ]; then
+  llama; neural "$NEURAL_BEFORE"; neural; neural; neural "$NEURAL_BEFORE"; llama
+else
+  llama; neural; neural; llama
+fi
 uptime
