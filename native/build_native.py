@@ -48,6 +48,8 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
                      const float *x, float *out);
 int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
                          const float *weights, float *out);
+int neural_expert_groups(const neural_shape *s, const neural_expert *const *experts, const int32_t *counts,
+                         int ngroups, const float *x, const float *weights, float *out);
 uint64_t neural_probe_read(const void *buf, size_t bytes);
 void neural_copy_stream(void *dst, const void *src, size_t n);
 int neural_advise(const void *p, size_t n, int advice);

@@ -755,26 +755,17 @@ static void tok_down(void *ctx, int tid) {
     stream_fence();
 }
 
-int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
-                         const float *weights, float *out) {
-    if (!shape_ok(s) || !expert_ok(expert) || !x || !weights || !out || ntok < 1 || ntok > NEURAL_MAX_TOKENS)
-        return NEURAL_EINVAL;
-    nm_lock(&api_lock);
-    ensure_init();
-    if (ntok == 1) { /* out = w * expert(x): the one-token call's arithmetic, and its streaming loop */
-        int rc = moe_token_locked(s, &expert, weights, 1, x, out);
-        nm_unlock(&api_lock);
-        return rc;
-    }
+/* one expert over ntok (1..NEURAL_MAX_TOKENS) tokens, under api_lock */
+static int expert_tokens_locked(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
+                                const float *weights, float *out) {
+    if (ntok == 1) /* out = w * expert(x): the one-token call's arithmetic, and its streaming loop */
+        return moe_token_locked(s, &expert, weights, 1, x, out);
     int H = s->hidden, I = s->intermediate, nt = neural_team_size();
     size_t nio = (size_t)ntok * ((size_t)H + (size_t)I); /* floats, then as many bf16 words */
     size_t so = (nio + 15) & ~(size_t)15, xo = so + ((nio / 2 + 16 + 15) & ~(size_t)15);
     size_t stride = tok_layout_for(ntok).stride;
     float *buf = workspace(xo + stride * (size_t)nt);
-    if (!buf) {
-        nm_unlock(&api_lock);
-        return NEURAL_ENOMEM;
-    }
+    if (!buf) return NEURAL_ENOMEM;
     uint16_t *bits = (uint16_t *)(buf + so);
     for (int t = 0; t < ntok; t++)
         for (int i = 0; i < H; i++) {
@@ -794,7 +785,38 @@ int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int
     j.next = 0;
     j.nchunks = (H + CH_TOK_DOWN - 1) / CH_TOK_DOWN;
     neural_team_run(tok_down, &j);
-    int rc = (int)j.err;
+    return (int)j.err;
+}
+
+int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
+                         const float *weights, float *out) {
+    if (!shape_ok(s) || !expert_ok(expert) || !x || !weights || !out || ntok < 1 || ntok > NEURAL_MAX_TOKENS)
+        return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    int rc = expert_tokens_locked(s, expert, ntok, x, weights, out);
+    nm_unlock(&api_lock);
+    return rc;
+}
+
+/* Several experts' token groups in one call (the prompt path's per-expert loop without a Python
+   round trip per expert): group g is rows [sum(counts[<g]), +counts[g]) of x / weights / out, in
+   calls of at most NEURAL_MAX_TOKENS; each group gives the bits of neural_expert_tokens on it. */
+int neural_expert_groups(const neural_shape *s, const neural_expert *const *experts, const int32_t *counts,
+                         int ngroups, const float *x, const float *weights, float *out) {
+    if (!shape_ok(s) || !experts || !counts || !x || !weights || !out || ngroups < 0) return NEURAL_EINVAL;
+    for (int g = 0; g < ngroups; g++)
+        if (!expert_ok(experts[g]) || counts[g] < 0) return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    int rc = NEURAL_OK;
+    size_t row = 0, H = (size_t)s->hidden;
+    for (int g = 0; g < ngroups && rc == NEURAL_OK; g++)
+        for (int32_t t = 0; t < counts[g] && rc == NEURAL_OK; t += NEURAL_MAX_TOKENS) {
+            int n = counts[g] - t < NEURAL_MAX_TOKENS ? (int)(counts[g] - t) : NEURAL_MAX_TOKENS;
+            rc = expert_tokens_locked(s, experts[g], n, x + row * H, weights + row, out + row * H);
+            row += (size_t)n;
+        }
     nm_unlock(&api_lock);
     return rc;
 }

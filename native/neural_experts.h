@@ -153,6 +153,11 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
 /* ntok (<= NEURAL_MAX_TOKENS) tokens through one expert: out[t][H] = w[t] * expert(x[t]). */
 int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
                          const float *weights, float *out);
+/* ngroups experts' token groups in one call: group g is the next counts[g] rows of x / weights / out
+   (consecutive, in group order), computed as neural_expert_tokens would (in pieces of at most
+   NEURAL_MAX_TOKENS), with the same bits; stops at the first error. */
+int neural_expert_groups(const neural_shape *s, const neural_expert *const *experts, const int32_t *counts,
+                         int ngroups, const float *x, const float *weights, float *out);
 /* Read `bytes` of memory with the whole team (DRAM bandwidth probe); returns a checksum. */
 uint64_t neural_probe_read(const void *buf, size_t bytes);
 /* memcpy with non-temporal stores on the calling thread (thread-safe, no team); fenced. */
