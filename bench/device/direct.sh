@@ -19,13 +19,7 @@ timeout 120 python3 -m bench.gpu.direct_check "$CK" 600 >"$OUT/direct_check.txt"
   || echo "direct_check exited $?" | tee -a "$OUT/direct.log"
 grep -E "identical|layers_ready|locked|\"s\"|error" "$OUT/direct_check.txt"
 run() {  # name, timeout, neural bench prompt args...
-  local name=$1 t=$2; shift 2
-  local l; l=$(left)
-  [ "$l" -lt 40 ] && { echo "skip $name: ${l}s left" | tee -a "$OUT/direct.log"; return; }
-  [ "$t" -gt "$l" ] && t=$l
-  echo "== $name ($(( $(date +%s) - T0 )) s)" | tee -a "$OUT/direct.log"
-  timeout "$t" python3 -m app.cli.main bench prompt "$CK" --backend gpu --budget-gib 12 --threads 8 \
-    --warmup 0 --json "$@" >"$OUT/$name.json" 2>>"$OUT/direct.log" || echo "$name exited $?" | tee -a "$OUT/direct.log"
+  bench_run "$1" "$2" "$OUT/direct.log" prompt "$CK" --backend gpu --budget-gib 12 --threads 8 --warmup 0 "${@:3}"
 }
 P=(--tokens 600,3000 --repeats 1)
 run direct-1 70 "${P[@]}"
@@ -34,16 +28,7 @@ run ring-2 70 "${P[@]}" --set stage_direct=off
 run direct-2 70 "${P[@]}"
 run direct-13k 80 --tokens 13000 --repeats 1 --followup 600
 run direct-auto 70 "${P[@]}" --set prompt_split=auto
-if [ "$(left)" -gt 120 ]; then
-  python3 -m app.cli.main serve "$CK" --backend gpu --budget-gib 12 --threads 8 --port 8099 \
-    --log-file "$OUT/api.log" >"$OUT/serve.log" 2>&1 &
-  SERVE=$!
-  for _ in $(seq 60); do curl -sf http://127.0.0.1:8099/health >/dev/null && break; sleep 1; done
-  echo "server up $(( $(date +%s) - T0 )) s" | tee -a "$OUT/direct.log"
-  timeout $(( $(left) - 15 )) python3 -m app.cli.main bench replay --endpoint neural=http://127.0.0.1:8099 --rounds 1 \
-    --out "$OUT/replay" --json >"$OUT/replay-api.txt" 2>"$OUT/replay.err" || echo "replay exited $?"
-  kill "$SERVE"; wait "$SERVE" 2>/dev/null
-fi
+[ "$(left)" -gt 120 ] && serve_replay "$CK" $(( $(left) - 15 ))
 python3 -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
 python3 -c "import json,sys; r=json.load(open('$OUT/replay-api.txt')); print(json.dumps(r)[:1200])" 2>/dev/null
 echo "done at $(( $(date +%s) - T0 )) s"

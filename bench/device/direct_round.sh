@@ -17,13 +17,7 @@ CK=/dev/shm/neural-direct/uniform
   --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
 echo "synth done at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/round.log"
 run() {  # name, timeout, neural bench prompt args...
-  local name=$1 t=$2; shift 2
-  local l; l=$(left)
-  [ "$l" -lt 40 ] && { echo "skip $name: ${l}s left" | tee -a "$OUT/round.log"; return; }
-  [ "$t" -gt "$l" ] && t=$l
-  echo "== $name ($(( $(date +%s) - T0 )) s)" | tee -a "$OUT/round.log"
-  timeout "$t" python3 -m app.cli.main bench prompt "$CK" --backend gpu --budget-gib 12 --threads 8 \
-    --warmup 0 --json "$@" >"$OUT/$name.json" 2>>"$OUT/round.log" || echo "$name exited $?" | tee -a "$OUT/round.log"
+  bench_run "$1" "$2" "$OUT/round.log" prompt "$CK" --backend gpu --budget-gib 12 --threads 8 --warmup 0 "${@:3}"
 }
 run first-ever 100 --tokens 600 --repeats 1
 P=(--tokens 600,3000 --repeats 1 --followup 600)
@@ -32,17 +26,7 @@ run scratch12-1 70 "${P[@]}" --set scratch_slots=12
 run scratch12-2 70 "${P[@]}" --set scratch_slots=12
 run defaults-2 70 "${P[@]}"
 run defaults-13k 70 --tokens 13000 --repeats 1 --followup 600
-if [ "$(left)" -gt 100 ]; then
-  python3 -m app.cli.main serve "$CK" --backend gpu --budget-gib 12 --threads 8 --port 8099 \
-    --log-file "$OUT/api.log" >"$OUT/serve.log" 2>&1 &
-  SERVE=$!
-  S0=$(date +%s)
-  for _ in $(seq 60); do curl -sf http://127.0.0.1:8099/health >/dev/null && break; sleep 1; done
-  echo "server up in $(( $(date +%s) - S0 )) s" | tee -a "$OUT/round.log"
-  timeout $(( $(left) - 10 )) python3 -m app.cli.main bench replay --endpoint neural=http://127.0.0.1:8099 --rounds 1 \
-    --out "$OUT/replay" --json >"$OUT/replay-api.txt" 2>"$OUT/replay.err" || echo "replay exited $?"
-  kill "$SERVE"; wait "$SERVE" 2>/dev/null
-fi
+[ "$(left)" -gt 100 ] && serve_replay "$CK" $(( $(left) - 10 ))
 python3 -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
 python3 - "$OUT/replay-api.txt" <<'PY'
 import json, sys

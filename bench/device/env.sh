@@ -19,3 +19,28 @@ if ! "$PY" -c "import native._neural_native" 2>/dev/null; then
   "$PY" -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)" \
     >"${NATIVE_LOG:-$OUT/native_build.log}" 2>&1 || echo "native build failed (native_build.log); CPU experts fall back to PyTorch"
 fi
+# bench_run NAME TIMEOUT LOG ARGS...: `neural bench ARGS... --json` into $OUT/NAME.json (stderr to LOG),
+# skipped when fewer than 40 s of the call's budget are left, its timeout cut to what is left.
+bench_run() {
+  local name=$1 t=$2 logf=$3 l
+  shift 3
+  l=$(left)
+  [ "$l" -lt 40 ] && { echo "skip $name: ${l}s left" | tee -a "$logf"; return; }
+  [ "$t" -gt "$l" ] && t=$l
+  echo "== $name ($(( $(date +%s) - T0 )) s)" | tee -a "$logf"
+  timeout "$t" "$PY" -m app.cli.main bench "$@" --json >"$OUT/$name.json" 2>>"$logf" || echo "$name exited $?" | tee -a "$logf"
+}
+# serve_replay CKPT TIMEOUT: `neural serve` on CKPT (GPU, 12 GiB, 8 threads, port 8099, access log in
+# $OUT/api.log), the shipped coding conversation replayed through it (`neural bench replay`, JSON in
+# $OUT/replay-api.txt), then the server stopped.
+serve_replay() {
+  "$PY" -m app.cli.main serve "$1" --backend gpu --budget-gib 12 --threads 8 --port 8099 \
+    --log-file "$OUT/api.log" >"$OUT/serve.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 60); do curl -sf http://127.0.0.1:8099/health >/dev/null && break; sleep 1; done
+  echo "server up ($(( $(date +%s) - T0 )) s)"
+  timeout "$2" "$PY" -m app.cli.main bench replay --endpoint neural=http://127.0.0.1:8099 --rounds 1 \
+    --out "$OUT/replay" --json >"$OUT/replay-api.txt" 2>"$OUT/replay.err" || echo "replay exited $?"
+  kill "$pid"
+  wait "$pid" 2>/dev/null
+}

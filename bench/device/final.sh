@@ -17,14 +17,7 @@ ROOT=/dev/shm/neural-final
 python3 -m app.cli.main synth --preset 120b-shape --layers 36 --seed 1 --jobs 8 --fast --out "$ROOT/uniform" \
   >"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
 echo "synth $(el) s"
-python3 -m app.cli.main serve "$ROOT/uniform" --backend gpu --budget-gib 12 --threads 8 --port 8099 \
-  --log-file "$OUT/api.log" >"$OUT/serve.log" 2>&1 &
-SERVE=$!
-for _ in $(seq 120); do curl -sf http://127.0.0.1:8099/health >/dev/null && break; sleep 1; done
-echo "server up $(el) s"
-timeout 200 python3 -m app.cli.main bench replay --endpoint neural=http://127.0.0.1:8099 --rounds 1 \
-  --out "$OUT/replay" --json >"$OUT/replay.json" 2>"$OUT/replay.err" || echo "replay exited $?"
-kill "$SERVE"; wait "$SERVE" 2>/dev/null
+serve_replay "$ROOT/uniform" 200
 echo "replay $(el) s"
 python3 -m app.cli.main synth --like "$ROOT/uniform" --routing calibrated --out "$ROOT/calibrated" >>"$OUT/synth.txt" 2>&1
 echo "calibrated written $(el) s"
@@ -47,7 +40,7 @@ def load(name):
         return json.loads((out / name).read_text())
     except Exception as exc:
         return {"error": str(exc)}
-r = load("replay.json")
+r = load("replay-api.txt")
 print("replay:", json.dumps(r)[:1500])
 for i in (1, 2):
     print(f"calibrated-{i}:", json.dumps(load(f"calibrated-{i}.json"))[:700])

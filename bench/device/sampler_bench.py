@@ -1,14 +1,16 @@
 """Sampler cost per token at the real vocabulary (201,088), on the CPU or where the logits are (CUDA).
 
-    python -m bench.device.sampler_bench --device cuda      # the H200 run: old vs new, graph vs eager
+    python -m bench.device.sampler_bench --device cuda      # the H200 run: graph vs eager
     python -m bench.device.sampler_bench --device cpu --threads 1 [--device-code]
 
 Two logit shapes: "peaked" (a few strong tokens over a Gaussian floor, like a trained model's
 next-token distribution) and "flat" (N(0, 1): the synthetic checkpoints' random weights, where
-top-p 0.9 keeps ~90% of the vocabulary). Samplers: "old" (bench/device/sampler_old.py: torch.topk
-candidates, a full stable sort on the device when the kept set runs past them), "new" (the
-engine's: on CUDA the sort-free path replayed as a CUDA graph) and, on CUDA, "new-eager" (the same
-ops without the graph). Each setting: median of ``--repeats`` blocks of ``--tokens`` calls, in ms
+top-p 0.9 keeps ~90% of the vocabulary). Samplers: "new" (the engine's: on CUDA the sort-free
+path replayed as a CUDA graph) and, on CUDA, "new-eager" (the same ops without the graph). The
+previous sampler (torch.topk candidates, a full stable sort when the kept set ran past them) was
+timed beside them once, in the same run: bench/results/h200-session6/call4-sampler-cuda.json
+("old"; its code is in git history at 5243089, bench/device/sampler_old.py).
+Each setting: median of ``--repeats`` blocks of ``--tokens`` calls, in ms
 per token; "+greedy" subtracts that sampler's greedy time. CUDA timings include the host read
 (each call ends in one synchronising int()). On CUDA the new paths' tokens are also checked
 against the host (numpy) path on the same logits and seed: they must be identical.
@@ -25,7 +27,6 @@ from collections.abc import Callable
 import torch
 
 import engine.sampling_device as sampling_device
-from bench.device.sampler_old import Sampler as OldSampler
 from engine.sampling import Sampler
 
 VOCAB = 201_088
@@ -53,17 +54,16 @@ def logits_rows(kind: str, n: int, device: str) -> list[torch.Tensor]:
     return rows
 
 
-def make(impl: str, name: str, device_code: bool = False) -> Sampler | OldSampler:
+def make(name: str, device_code: bool = False) -> Sampler:
     kw = SETTINGS[name]
     prompt = list(range(0, 200_000, 97)) if "penalties" in name else []
-    cls = OldSampler if impl == "old" else Sampler
-    s = cls(seed=1, prompt=prompt, **kw)  # type: ignore[arg-type]
+    s = Sampler(seed=1, prompt=prompt, **kw)  # type: ignore[arg-type]
     if device_code:
         s.host_math = False  # the device code (torch) on the CPU
     return s
 
 
-def time_one(s: Sampler | OldSampler, rows: list[torch.Tensor], tokens: int, repeats: int,
+def time_one(s: Sampler, rows: list[torch.Tensor], tokens: int, repeats: int,
              sync: Callable[[], None]) -> dict[str, float]:
     for i in range(sampling_device.CAPTURE_AFTER + 4):
         s(rows[i % len(rows)])  # warm-up (CUDA kernels, allocator, graph capture)
@@ -80,15 +80,15 @@ def time_one(s: Sampler | OldSampler, rows: list[torch.Tensor], tokens: int, rep
 
 def same_tokens(name: str, rows: list[torch.Tensor], n: int) -> dict[str, bool]:
     """The new sampler on the device (graph and eager) against the host path: same seed, same rows."""
-    host = make("new", name)
+    host = make(name)
     want = [host(x.cpu()) for x in rows[:n]]
     out = {}
     for graphs in (True, False):
         sampling_device.USE_CUDA_GRAPHS = graphs
-        s = make("new", name)
+        s = make(name)
         for i in range(sampling_device.CAPTURE_AFTER + 1):  # to the capture, then a fresh sampler
             s(rows[i % len(rows)])
-        s = make("new", name)
+        s = make(name)
         out["graph" if graphs else "eager"] = [s(x) for x in rows[:n]] == want
         if graphs:
             out["graph captured"] = sampling_device.graphs_captured()[-1:] == [True]
@@ -109,7 +109,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    impls = ("old", "new", "new-eager") if cuda else ("old", "new")
+    impls = ("new", "new-eager") if cuda else ("new",)
     out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     checks: dict[str, dict[str, dict[str, bool]]] = {}
     for kind in ("peaked", "flat"):
@@ -117,7 +117,7 @@ def main() -> None:
         out[kind], checks[kind] = {}, {}
         for impl in impls:
             sampling_device.USE_CUDA_GRAPHS = impl != "new-eager"
-            out[kind][impl] = {name: time_one(make(impl, name, args.device_code), rows, args.tokens, args.repeats, sync)
+            out[kind][impl] = {name: time_one(make(name, args.device_code), rows, args.tokens, args.repeats, sync)
                                for name in SETTINGS}
         sampling_device.USE_CUDA_GRAPHS = True
         if cuda:

@@ -19,25 +19,12 @@ log "synth done"
 timeout 100 python3 -m bench.gpu.direct_check "$CK" 600 >"$OUT/direct_check.txt" 2>>"$OUT/final.log" || log "direct_check exited $?"
 grep -E "identical|layers_ready|\"s\"" "$OUT/direct_check.txt"
 run() {  # name, timeout, neural bench args...
-  local name=$1 t=$2; shift 2
-  local l; l=$(left)
-  [ "$l" -lt 40 ] && { log "skip $name: ${l}s left"; return; }
-  [ "$t" -gt "$l" ] && t=$l
-  log "== $name"
-  timeout "$t" python3 -m app.cli.main bench "$@" --backend gpu --budget-gib 12 --threads 8 --json \
-    >"$OUT/$name.json" 2>>"$OUT/final.log" || log "$name exited $?"
+  bench_run "$1" "$2" "$OUT/final.log" "${@:3}" --backend gpu --budget-gib 12 --threads 8
 }
 run ttft-1 70 prompt "$CK" --tokens 600,3000 --repeats 2 --followup 600 --warmup 0
 run ttft-13k 60 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0
 if [ "$(left)" -gt 200 ]; then
-  python3 -m app.cli.main serve "$CK" --backend gpu --budget-gib 12 --threads 8 --port 8099 \
-    --log-file "$OUT/api.log" >"$OUT/serve.log" 2>&1 &
-  SERVE=$!
-  for _ in $(seq 60); do curl -sf http://127.0.0.1:8099/health >/dev/null && break; sleep 1; done
-  log "server up"
-  timeout 120 python3 -m app.cli.main bench replay --endpoint neural=http://127.0.0.1:8099 --rounds 1 \
-    --out "$OUT/replay" --json >"$OUT/replay-api.txt" 2>"$OUT/replay.err" || log "replay exited $?"
-  kill "$SERVE"; wait "$SERVE" 2>/dev/null
+  serve_replay "$CK" 120
   grep "access" "$OUT/api.log" | sed 's/.*access: //'
 fi
 timeout 60 python3 -m bench.device.sampler_bench --device cuda --json >"$OUT/sampler_cuda.txt" 2>>"$OUT/final.log" \

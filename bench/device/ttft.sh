@@ -22,14 +22,8 @@ rm -rf "$NEURAL_CACHE_DIR"
 [ -f "$CK/SYNTHETIC.json" ] || python3 -m app.cli.main synth --preset 120b-shape --layers "$LAYERS" --seed 1 \
   --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { echo "synth failed"; tail "$OUT/synth.txt"; exit 1; }
 echo "synth done at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/ttft.log"
-bench() {  # name, timeout, args...
-  local name=$1 t=$2; shift 2
-  local l; l=$(left)
-  [ "$l" -lt 40 ] && { echo "skip $name: ${l}s left" | tee -a "$OUT/ttft.log"; return; }
-  [ "$t" -gt "$l" ] && t=$l
-  echo "== $name ($(( $(date +%s) - T0 )) s)" | tee -a "$OUT/ttft.log"
-  timeout "$t" python3 -m app.cli.main bench prompt "$CK" --backend gpu --budget-gib 12 --threads 8 \
-    --warmup 0 --json "$@" >"$OUT/$name.json" 2>>"$OUT/ttft.log" || echo "$name exited $?" | tee -a "$OUT/ttft.log"
+bench() {  # name, timeout, neural bench prompt args...
+  bench_run "$1" "$2" "$OUT/ttft.log" prompt "$CK" --backend gpu --budget-gib 12 --threads 8 --warmup 0 "${@:3}"
 }
 bench first-ever 120 --tokens 600 --repeats 1
 bench auto 200 --tokens 600,3000,13000 --repeats 2 --followup 600

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from store_helpers import routing
 
 from engine.checkpoint import Checkpoint
 from engine.reference import ReferenceModel
@@ -26,14 +27,6 @@ def restore_torch_threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def routing(ck: Checkpoint, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    cfg = ck.config
-    g = torch.Generator().manual_seed(seed)
-    t = torch.randn(tokens, cfg.hidden_size, generator=g)
-    idx = torch.stack([torch.randperm(cfg.num_local_experts, generator=g)[: cfg.num_experts_per_tok]
-                       for _ in range(tokens)])
-    w = torch.softmax(torch.randn(tokens, cfg.num_experts_per_tok, generator=g), dim=-1)
-    return t, idx, w
 
 
 def test_reference_model_with_native_experts(synth_dir) -> None:

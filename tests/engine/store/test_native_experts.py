@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from store_helpers import routing
 
 from engine.checkpoint import Checkpoint
 from engine.gpu.layout import ExpertLayout
@@ -33,14 +34,6 @@ def odd_ck(synth_dir) -> Iterator[Checkpoint]:
     ck.close()
 
 
-def routing(ck: Checkpoint, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    cfg = ck.config
-    g = torch.Generator().manual_seed(seed)
-    t = torch.randn(tokens, cfg.hidden_size, generator=g)
-    idx = torch.stack([torch.randperm(cfg.num_local_experts, generator=g)[: cfg.num_experts_per_tok]
-                       for _ in range(tokens)])
-    w = torch.softmax(torch.randn(tokens, cfg.num_experts_per_tok, generator=g), dim=-1)
-    return t, idx, w
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
