@@ -12,8 +12,7 @@ T0=$(date +%s)
 . bench/device/env.sh
 export NEURAL_O200K_DIR=$PWD/.o200k NEURAL_CACHE_DIR=/tmp/neural-direct-cache
 CK=/dev/shm/neural-direct/uniform
-[ -f "$CK/SYNTHETIC.json" ] || python3 -m app.cli.main synth --preset 120b-shape --layers 36 --seed 1 \
-  --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
+synth_120b "$CK"
 echo "synth done at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/direct.log"
 timeout 120 python3 -m bench.gpu.direct_check "$CK" 600 >"$OUT/direct_check.txt" 2>>"$OUT/direct.log" \
   || echo "direct_check exited $?" | tee -a "$OUT/direct.log"

@@ -13,8 +13,7 @@ T0=$(date +%s)
 export NEURAL_O200K_DIR=$PWD/.o200k NEURAL_CACHE_DIR=/tmp/neural-direct-round-cache
 rm -rf "$NEURAL_CACHE_DIR"
 CK=/dev/shm/neural-direct/uniform
-[ -f "$CK/SYNTHETIC.json" ] || python3 -m app.cli.main synth --preset 120b-shape --layers 36 --seed 1 \
-  --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
+synth_120b "$CK"
 echo "synth done at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/round.log"
 run() {  # name, timeout, neural bench prompt args...
   bench_run "$1" "$2" "$OUT/round.log" prompt "$CK" --backend gpu --budget-gib 12 --threads 8 --warmup 0 "${@:3}"

@@ -44,3 +44,8 @@ serve_replay() {
   kill "$pid"
   wait "$pid" 2>/dev/null
 }
+# synth_120b DIR: the 36-layer 120b-shape checkpoint (uniform routing) in DIR unless it is there; exits on failure.
+synth_120b() {
+  [ -f "$1/SYNTHETIC.json" ] || "$PY" -m app.cli.main synth --preset 120b-shape --layers 36 --seed 1 \
+    --jobs 8 --fast --out "$1" >"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
+}

@@ -12,8 +12,7 @@ T0=$(date +%s)
 . bench/device/env.sh
 export NEURAL_O200K_DIR=$PWD/.o200k NEURAL_CACHE_DIR=/tmp/neural-final6-cache
 CK=/dev/shm/neural-final6/uniform
-[ -f "$CK/SYNTHETIC.json" ] || python3 -m app.cli.main synth --preset 120b-shape --layers 36 --seed 1 \
-  --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
+synth_120b "$CK"
 log() { echo "$* ($(( $(date +%s) - T0 )) s)" | tee -a "$OUT/final.log"; }
 log "synth done"
 timeout 100 python3 -m bench.gpu.direct_check "$CK" 600 >"$OUT/direct_check.txt" 2>>"$OUT/final.log" || log "direct_check exited $?"
