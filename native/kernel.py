@@ -19,7 +19,7 @@ ISA_NAMES = {v: k for k, v in ISAS.items()}
 FORMATS = {"raw": 0, "packed": 1}
 ADVICE = {"huge": 1, "populate": 2, "willneed": 3}
 PART_NAMES = ("gu_codes", "gu_scales", "dn_codes", "dn_scales", "gu_bias", "dn_bias")
-MAX_TOKENS = 16
+MAX_TOKENS = 256  # NEURAL_MAX_TOKENS in neural_experts.h (tests/native/test_kernel_groups.py checks)
 MAX_K = 32
 _ERRORS = {-1: "invalid arguments", -2: "corrupt packed scale row (exception missing)", -3: "ISA not available",
            -4: "out of memory",
@@ -168,7 +168,7 @@ class NativeKernel:
 
     def expert_tokens(self, shape: Any, expert: ExpertRef, x: np.ndarray, weights: np.ndarray,
                       out: np.ndarray) -> None:
-        """out[t] = weights[t] * expert(x[t]) for up to 16 tokens."""
+        """out[t] = weights[t] * expert(x[t]) for up to MAX_TOKENS tokens (one pass over the expert)."""
         t = int(x.shape[0]) if x.ndim == 2 else -1
         if not 1 <= t <= MAX_TOKENS:
             raise ValueError(f"x must be [tokens<= {MAX_TOKENS}, hidden], got {x.shape}")
@@ -176,6 +176,34 @@ class NativeKernel:
         rc = self.lib.neural_expert_tokens(shape, expert.cdata, t, self._f32(x, (t, h), "x"),
                                            self._f32(weights, (t,), "weights"), self._f32(out, (t, h), "out", True))
         self._check(int(rc), "expert_tokens")
+
+    def expert_groups(self, shape: Any, experts: Sequence[ExpertRef], counts: np.ndarray, x: np.ndarray,
+                      weights: np.ndarray, out: np.ndarray) -> None:
+        """Several experts' token groups in one call (no Python round trip per expert): group g is
+        the next counts[g] rows of x / weights / out, computed with the bits of expert_tokens calls
+        of up to MAX_TOKENS rows each. Releases the GIL for the whole call."""
+        g = len(experts)
+        if not isinstance(counts, np.ndarray) or counts.dtype != np.int32 or counts.ndim != 1:
+            raise ValueError(f"counts must be a 1-D int32 array, got {getattr(counts, 'dtype', type(counts))}"
+                             f"{getattr(counts, 'shape', '')}")
+        if counts.shape[0] != g:
+            raise ValueError(f"{g} experts but {counts.shape[0]} counts")
+        if g and int(counts.min()) < 0:
+            raise ValueError(f"counts must be >= 0, got {int(counts.min())}")
+        n = int(counts.sum(dtype=np.int64))
+        h = int(shape.hidden)
+        if x.ndim != 2 or x.shape[0] != n:
+            raise ValueError(f"x must be [{n} (sum of counts), {h}], got {x.shape}")
+        xp = self._f32(x, (n, h), "x")
+        wp = self._f32(weights, (n,), "weights")
+        op = self._f32(out, (n, h), "out", True)
+        if n == 0:
+            return
+        cnt = np.ascontiguousarray(counts)
+        arr = self.ffi.new("neural_expert *[]", [e.cdata for e in experts])
+        rc = self.lib.neural_expert_groups(shape, arr, self.ffi.cast("int32_t *", self.ffi.from_buffer(cnt)), g,
+                                           xp, wp, op)
+        self._check(int(rc), "expert_groups")
 
     def probe_read(self, buf: Pointerish, nbytes: int | None = None) -> int:
         ptr, _owner = self.pointer(buf, "void *")

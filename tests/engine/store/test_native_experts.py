@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -67,17 +68,88 @@ def test_n_tokens_equal_token_by_token(odd_ck: Checkpoint, bf16: bool) -> None:
 
 
 def test_one_expert_over_n_tokens_equals_single_calls(odd_ck: Checkpoint) -> None:
-    """expert_tokens cuts 37 tokens into kernel calls of 16, 16, 5; each row as if alone."""
+    """expert_tokens cuts 300 tokens into kernel calls of 256 and 44; each row as if alone."""
     ex = NativeExperts(odd_ck.config, odd_ck, threads=2, bf16_inputs=True)
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((37, odd_ck.config.hidden_size)).astype(np.float32)
-    w = rng.uniform(0.1, 0.9, 37).astype(np.float32)
+    x = rng.standard_normal((300, odd_ck.config.hidden_size)).astype(np.float32)
+    w = rng.uniform(0.1, 0.9, 300).astype(np.float32)
     out = np.full_like(x, np.nan)
     ex.expert_tokens(1, 4, x, w, out)
-    for i in range(37):
+    for i in range(300):
         one = np.empty((1, x.shape[1]), np.float32)
         ex.expert_tokens(1, 4, x[i : i + 1], w[i : i + 1], one)
         assert np.array_equal(one[0].view(np.int32), out[i].view(np.int32)), i
+
+
+def per_expert_path(ex: NativeExperts, layer: int, ids: np.ndarray, w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """moe_tokens as it was before expert_groups: one expert_tokens call per expert from Python."""
+    t_count, k = ids.shape
+    contrib = np.full((t_count * k, x.shape[1]), np.nan, np.float32)
+    flat, wf = ids.reshape(-1), w.reshape(-1)
+    for e in np.unique(flat).tolist():
+        rows = np.flatnonzero(flat == e)
+        out = np.empty((rows.size, x.shape[1]), np.float32)
+        ex.expert_tokens(layer, e, np.ascontiguousarray(x[rows // k]), np.ascontiguousarray(wf[rows]), out)
+        contrib[rows] = out
+    c = contrib.reshape(t_count, k, -1)
+    acc = c[:, 0].copy()
+    for j in range(1, k):
+        acc = acc + c[:, j]
+    return acc
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("preset", ["tiny", "odd"])
+def test_grouped_calls_equal_per_expert_path_and_token_by_token(synth_dir, monkeypatch: pytest.MonkeyPatch,
+                                                                 preset: str, threads: int) -> None:
+    """moe_tokens through expert_groups, in chunks of 1, 3 and 16 experts per call, with groups of
+    about 300 tokens (two kernel pieces): the bits of the per-expert path and of N one-token calls."""
+    ck = Checkpoint.open(synth_dir(preset, 0))
+    try:
+        ex = NativeExperts(ck.config, ck, threads=threads, bf16_inputs=True)
+        n = 300 * ck.config.num_local_experts // ck.config.num_experts_per_tok
+        t, idx, w = routing(ck, n, threads)
+        x, ids, wn = t.numpy(), idx.numpy(), w.numpy()
+        one = np.stack([ex.moe_token(1, ids[i].tolist(), wn[i], x[i]) for i in range(n)])
+        path = per_expert_path(ex, 1, ids, wn, x)
+        assert np.array_equal(path.view(np.int32), one.view(np.int32))
+        checks: list[int] = []
+        for chunk in (1, 3, 16):
+            monkeypatch.setattr("engine.store.native_experts.GROUP_CHUNK", chunk)
+            checks.clear()
+            got = ex.moe_tokens(1, ids, wn, x, check=lambda: checks.append(1))
+            assert np.array_equal(got.view(np.int32), one.view(np.int32)), chunk
+            assert len(checks) == -(-ck.config.num_local_experts // chunk)  # one stop point per call
+    finally:
+        ck.close()
+
+
+class Stop(BaseException):
+    pass
+
+
+def test_a_stop_between_chunks_runs_no_further_call(odd_ck: Checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = NativeExperts(odd_ck.config, odd_ck, threads=2)
+    monkeypatch.setattr("engine.store.native_experts.GROUP_CHUNK", 2)
+    calls: list[int] = []
+    real = ex.kernel.expert_groups
+
+    def counted(*a: Any) -> None:
+        calls.append(len(a[1]))
+        real(*a)
+
+    monkeypatch.setattr(ex.kernel, "expert_groups", counted)
+    seen: list[int] = []
+
+    def check() -> None:
+        seen.append(1)
+        if len(seen) == 2:
+            raise Stop
+
+    t, idx, w = routing(odd_ck, 40, 4)
+    with pytest.raises(Stop):
+        ex.moe_tokens(0, idx.numpy(), w.numpy(), t.numpy(), check)
+    assert calls == [2]  # the first chunk's two experts, nothing after the stop
 
 
 def test_matches_reference_experts(odd_ck: Checkpoint) -> None:
