@@ -2,8 +2,8 @@
 pass over its bytes): bit for bit the same-order fp32 reference on every ISA path and several
 thread counts, rows longer than one decode segment (NEURAL_TOK_SEG = 128 blocks), and the limit.
 
-The C entry point is called through cffi directly: native/kernel.py's wrapper still caps its
-calls at its own MAX_TOKENS (16)."""
+The C entry point is called through cffi directly, below native/kernel.py's wrapper (whose
+MAX_TOKENS matches NEURAL_MAX_TOKENS = 256: tests/native/test_kernel_groups.py checks it)."""
 
 from __future__ import annotations
 
