@@ -6,6 +6,7 @@ from ui.api_panel import ApiPanel, ApiPanelValues
 from ui.chat_view import ChatView
 from ui.conversation_list import ConversationList
 from ui.engine_status import EngineStatus
+from ui.latency import freeze_long_lived
 from ui.markdown_render import MarkdownRenderer, warm_up_lexers
 from ui.qt import (
     QAction,
@@ -85,6 +86,7 @@ class MainWindow(QMainWindow):
         self._build_menu()
         self.esc_shortcut = QShortcut(QKeySequence("Esc"), self, self._escape)
         self.chat.composer.escapePressed.connect(self._escape)
+        freeze_long_lived()  # start-up objects out of the GC's full scans (ui/latency.py)
 
     def _build_menu(self) -> None:
         m = self.menuBar().addMenu("&File")

@@ -26,6 +26,7 @@ from engine.types import Conversation, GenerationParams
 from ui import theme as themes
 from ui.api_panel import ApiPanelValues
 from ui.first_run_dialog import DEMO, FOLDER, FirstRunDialog
+from ui.latency import freeze_long_lived
 from ui.main_window import MainWindow
 from ui.preferences_dialog import PreferencesDialog, PreferencesValues, validate_model_dir
 from ui.qt import QApplication, QDesktopServices, QFileDialog, QGuiApplication, QObject, QTimer, QUrl
@@ -218,6 +219,7 @@ class AppController(QObject):
         self.window.chat.set_can_send(ok, "" if ok else why)
 
     def _engine_loaded(self, engine: Any) -> None:
+        freeze_long_lived()  # the engine's objects live as long as it does: keep them out of full GC scans
         self.chat.model_name = engine.info.name
         self._update_backend_label()
         self.window.residency.set_backend_note(engine.info.backend_note)

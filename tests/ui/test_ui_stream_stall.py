@@ -11,6 +11,7 @@ import time
 import pytest
 
 from ui.chat_view import ChatView
+from ui.latency import freeze_long_lived
 from ui.markdown_render import MarkdownRenderer, warm_up_lexers
 from ui.message_view import MessageViewModel
 from ui.qt import QApplication, QTimer
@@ -47,6 +48,7 @@ def answer_tokens(n_tokens: int) -> list[str]:
 def stream(qtbot, n_tokens: int, tok_per_s: float) -> tuple[float, float, int, int]:
     """(max event-loop gap in s, total render seconds, characters rendered, most in one update)"""
     warm_up_lexers().join()  # as the main window does at start
+    freeze_long_lived()  # as the main window does once it is built (ui/latency.py)
     view = ChatView(MarkdownRenderer())
     qtbot.addWidget(view)
     view.resize(1000, 800)
