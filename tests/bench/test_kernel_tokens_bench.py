@@ -29,7 +29,7 @@ def test_bench_kernel_advise_is_reported(tmp_path: Path, capsys: pytest.CaptureF
     assert rc == 0 and json.loads(capsys.readouterr().out.strip())["advise"] == "huge"
 
 
-@pytest.mark.parametrize("tokens", ["0,2", "17", "two"])
+@pytest.mark.parametrize("tokens", ["0,2", "257", "two"])  # 257: one past the kernel's 256
 def test_bench_kernel_bad_tokens_name_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  tokens: str) -> None:
     rc = main(["bench", "kernel", "--tokens", tokens, "--store-gib", "0.05", "--path", str(tmp_path / "b.nstore")])
