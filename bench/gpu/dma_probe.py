@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,9 @@ import numpy as np
 import torch
 
 from engine.config import ModelConfig
+from engine.gpu.prefill.direct import as_tensor, cuda_register, cuda_unregister
 from engine.plan import SLOT_PARTS, slot_parts
 from engine.synth.shapes import PRESETS
-
-HOST_REGISTER_PORTABLE, HOST_REGISTER_READ_ONLY = 0x01, 0x08
-
-
-def _tensor(a: np.ndarray) -> torch.Tensor:
-    with warnings.catch_warnings():  # the mapping is read-only; torch only reads it
-        warnings.simplefilter("ignore")
-        return torch.from_numpy(a)
 
 
 def copy_rate(src: torch.Tensor, sizes: list[int], slot: torch.Tensor, experts: int, offset: int) -> float:
@@ -55,15 +47,15 @@ def copy_rate(src: torch.Tensor, sizes: list[int], slot: torch.Tensor, experts: 
 
 
 def register(ptr: int, n: int) -> tuple[int, float]:
-    rt = torch.cuda.cudart()
+    """The engine's registration (direct.py: read-only, portable), timed: (CUDA error, seconds)."""
     t0 = time.perf_counter()
-    err = rt.cudaHostRegister(ptr, n, HOST_REGISTER_PORTABLE | HOST_REGISTER_READ_ONLY)
-    return int(err), time.perf_counter() - t0
+    err = cuda_register(ptr, n)
+    return err, time.perf_counter() - t0
 
 
 def unregister(ptr: int) -> float:
     t0 = time.perf_counter()
-    torch.cuda.cudart().cudaHostUnregister(ptr)
+    cuda_unregister(ptr)
     return time.perf_counter() - t0
 
 
@@ -85,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             f.write(block[: min(block.size, n - s)].tobytes())
     out["write_s"] = time.perf_counter() - t0
     m = np.memmap(path, dtype=np.uint8, mode="r")
-    src = _tensor(m)
+    src = as_tensor(m)
     out["touch_s"] = _touch(m)  # page tables filled, as the checkpoint's pages are after a first prompt
     slot = torch.empty(slot_bytes, dtype=torch.uint8, device="cuda")
     window_experts = 120  # ~1.6 GB: one layer's non-resident experts

@@ -64,7 +64,7 @@ def auto_budget(mode: str) -> int:
     return max(0, ram - HEADROOM)
 
 
-def _as_tensor(a: np.ndarray) -> torch.Tensor:
+def as_tensor(a: np.ndarray) -> torch.Tensor:
     with warnings.catch_warnings():  # the mapping is read-only and only ever read
         warnings.simplefilter("ignore")
         return torch.from_numpy(a)
@@ -122,7 +122,7 @@ class MappedExperts:
                 log.info("direct expert copies stop at %s: %s", shard, self.error)
                 return
             with self._lock:
-                self._src[shard] = _as_tensor(m)
+                self._src[shard] = as_tensor(m)
                 self._registered[shard] = ptr
                 self.locked_bytes += n
 
