@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from engine.grammar import CompiledConstraint, Constraint, GrammarError, compile_constraint
+from engine.grammar import CompiledConstraint, Constraint, GrammarError, compile_constraint, prepare_vocabulary
 from engine.types import Conversation
 
 from . import prompt_size
@@ -46,8 +47,9 @@ class ApiServer:
                  worker: EngineWorker | None = None, states_dir: Path | None = None) -> None:
         """``worker``: the desktop app's engine worker (one line for the GUI and the API); None runs
         this server's own. ``states_dir``: where conversations' K/V states wait while another runs."""
-        self.engine = engine
         self.config = config or ServerConfig()
+        self._engine: Engine | None = None
+        self.engine = engine
         self._worker = worker
         self.states_dir = states_dir
         self.bridge = EngineBridge(self.config.max_waiting, worker)
@@ -58,6 +60,19 @@ class ApiServer:
         self.port: int | None = None
         self.metrics = Metrics(self)
         self._grammars: collections.OrderedDict[tuple[int, str], CompiledConstraint] = collections.OrderedDict()
+
+    @property
+    def engine(self) -> Engine | None:
+        return self._engine
+
+    @engine.setter
+    def engine(self, engine: Engine | None) -> None:
+        """A new engine: its vocabulary is indexed for constrained output in the background, so a
+        client's first ``response_format`` or tool call does not wait the ~1 s it takes at 201k tokens."""
+        if engine is not None and engine is not self._engine:
+            threading.Thread(target=_index_vocabulary, args=(engine,), name="neural-grammar-index",
+                             daemon=True).start()
+        self._engine = engine
 
     # ---- lifecycle -------------------------------------------------------------------------
     def build_app(self) -> web.Application:
@@ -225,6 +240,13 @@ class ApiServer:
         }
 
 
+
+
+def _index_vocabulary(engine: Engine) -> None:
+    try:
+        prepare_vocabulary(engine.tokenizer, engine.special, int(engine.config.vocab_size))
+    except Exception:  # an optimisation: the first constrained request builds it instead
+        log.warning("vocabulary index for constrained output not prebuilt", exc_info=True)
 
 
 def conversation_key(conv: Conversation) -> str:

@@ -5,8 +5,9 @@
 (final answer or tool arguments, plus their harmony header) before every sampling step.
 """
 
-from .compile import CompiledConstraint, compile_constraint
+from .compile import CompiledConstraint, compile_constraint, prepare_vocabulary
 from .guide import HarmonyGuide
 from .spec import Constraint, GrammarError, ToolTarget
 
-__all__ = ["CompiledConstraint", "Constraint", "GrammarError", "HarmonyGuide", "ToolTarget", "compile_constraint"]
+__all__ = ["CompiledConstraint", "Constraint", "GrammarError", "HarmonyGuide", "ToolTarget", "compile_constraint",
+           "prepare_vocabulary"]

@@ -37,6 +37,11 @@ def ll_tokenizer(tok: Tokenizer, vocab_size: int, eos: int) -> llg.LLTokenizer:
     return made
 
 
+def prepare_vocabulary(tok: Tokenizer, special: SpecialTokens, vocab_size: int) -> None:
+    """Build (and cache) the tokenizer index ``compile_constraint`` needs, ahead of the first request."""
+    ll_tokenizer(tok, vocab_size, special.return_)
+
+
 @dataclass(frozen=True)
 class CompiledConstraint:
     """Grammars checked against one tokenizer; cheap to start a guide from (one per generation)."""

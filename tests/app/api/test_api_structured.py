@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from typing import Any
 
 import jsonschema
@@ -98,3 +99,20 @@ def test_logit_bias_is_applied(live: LiveServer, scripted: ScriptedEngine, engin
         return
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["text"] == engine.tokenizer.decode([tok] * 5)
+
+
+def test_a_new_engine_has_its_vocabulary_indexed_in_the_background(engine: ScriptedEngine) -> None:
+    """The server indexes the vocabulary when it gets an engine, before any constrained request."""
+    from app.api.server import ApiServer
+    from engine.grammar import compile as grammar_compile
+
+    with grammar_compile._cache_lock:
+        grammar_compile._ll_cache.clear()
+    ApiServer(engine)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with grammar_compile._cache_lock:
+            if any(tok is engine.tokenizer for tok, _ in grammar_compile._ll_cache.values()):
+                return
+        time.sleep(0.05)
+    pytest.fail("no vocabulary index was built for the server's engine")
