@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
 LoadProgress = Callable[[str, float], None]
 MAX_CHECKPOINTS = 8
+# prompt-path warm-up blocks, run back to back from position 0: starts 0, 64, 101, 165 cover
+# (start, length) multiple-of-16 or not in all four combinations
+WARM_BLOCKS = (64, 37, 64, 37)
 MIN_CAPABILITY = (8, 0)
 
 
@@ -124,8 +127,15 @@ class GpuBackend:
         t0 = time.perf_counter()
         if progress is not None:
             progress("Compiling the prompt kernels (cached on disk after the first run)", 0.96)
-        for n in (37, 64):  # odd and multiple-of-16 lengths
-            self.prefill.run([0] * n, 0)
+        # Triton specialises the attention kernel on whether the block's length and its start
+        # position are multiples of 16: one run of each pair, so a follow-up (start > 0) never
+        # compiles inside a user's request (it cost 1.35 s of attention, MEASURED on the H200)
+        at = 0
+        for n in WARM_BLOCKS:
+            if at + n > self.settings.context:  # a tiny context: its follow-ups compile when they come
+                break
+            self.prefill.run([0] * n, at)
+            at += n
         self.prefill.last = None
         if self.prefill.direct is not None:
             if progress is not None:
@@ -213,6 +223,7 @@ class GpuBackend:
         and turn the rest of the pool adaptive. Returns the number of static experts."""
         from .admission import rank_hot_set
         from .pool import SlotPool
+        from .prefill.direct import plan_copies, run_copies
 
         self.drain()
         if keys is None:
@@ -223,14 +234,24 @@ class GpuBackend:
         self.decoder.pool = self.pool
         lay, core = self.core.layout, self.core
         nbuf = self.capture.shape[0]
+        # experts of layers registered for direct prompt copies go straight from the mapping
+        # (the same bytes as packing them, direct.py), the rest through the capture buffers
+        prefill = getattr(self, "prefill", None)  # None while __init__ installs a saved hot set
+        direct = prefill.direct if prefill is not None and core.cuda else None
         for start in range(0, len(keys), nbuf):
             batch = keys[start : start + nbuf]
+            mapped = [direct is not None and direct.ready(layer) for layer, _ in batch]
             for j, (layer, e) in enumerate(batch):
-                lay.pack_expert(self.ck, layer, e, self.capture[j].numpy())
+                if not mapped[j]:
+                    lay.pack_expert(self.ck, layer, e, self.capture[j].numpy())
             for j, key in enumerate(batch):
                 slot = start + j
                 self.pool.begin_copy(slot, key)
-                core.slot_view(slot).copy_(self.capture[j], non_blocking=core.cuda)
+                if mapped[j]:
+                    assert direct is not None
+                    run_copies(direct, core.pool, plan_copies(direct, key[0], [key[1]], [slot], self.plan.slot_bytes))
+                else:
+                    core.slot_view(slot).copy_(self.capture[j], non_blocking=core.cuda)
             if core.cuda:
                 torch.cuda.synchronize()
             for j in range(len(batch)):
@@ -349,9 +370,8 @@ class GpuBackend:
         if len(ids) > 1 and self.core.kv.sliding:
             self.checkpoints.append(self.core.kv.checkpoint(len(self.ids)))
             self.checkpoints = self.checkpoints[-MAX_CHECKPOINTS:]
-        if not self.hot_set_installed and self.plan.n_static and len(self.ids) >= 64:
-            self.install_hot_set()  # calibrate the static set from what this model has routed so far
-            self.save_hot_set()
+        if len(ids) == 1:  # never inside a prompt: the user is waiting for its first token
+            self._hot_set_due()
         return logits if logits is not None else self.core.logits.to("cpu", copy=True)
 
     def forward_device(self, ids: list[int]) -> torch.Tensor:
@@ -361,10 +381,16 @@ class GpuBackend:
         if len(ids) != 1:
             return self.forward(ids)
         self._run(ids)
-        if not self.hot_set_installed and self.plan.n_static and len(self.ids) >= 64:
-            self.install_hot_set()  # as in forward
-            self.save_hot_set()
+        self._hot_set_due()
         return self.core.logits
+
+    def _hot_set_due(self) -> None:
+        """A process with no saved hot set ranks one from what the model has routed so far, at
+        the first decode step after 64 tokens: installing it copies gigabytes into VRAM (0.7 s
+        of a first-ever prompt's TTFT when it ran inside the prompt, MEASURED on the H200)."""
+        if not self.hot_set_installed and self.plan.n_static and len(self.ids) >= 64:
+            self.install_hot_set()
+            self.save_hot_set()
 
     def sample_next(self, token: int, temperature: float = 0.0, seed: int = 0) -> int:
         """Process ``token`` and sample the next one inside the tail graph (greedy at 0)."""

@@ -188,6 +188,21 @@ class NativeExperts:
             e = min(s + MAX_TOKENS, x.shape[0])
             self.kernel.expert_tokens(self.shape, ref, x[s:e], w[s:e], out[s:e])
 
+    def expert_groups(self, layer: int, experts: Sequence[int] | np.ndarray, counts: np.ndarray, x: np.ndarray,
+                      w: np.ndarray, out: np.ndarray, check: Callable[[], None] | None = None) -> None:
+        """Experts' token groups, one after another in the rows of x / w / out (fp32): group g is
+        the next counts[g] rows, out = w * expert(x). GROUP_CHUNK experts per kernel call, with the
+        bits of expert_tokens; ``check`` runs before each call (a stop point)."""
+        counts = np.ascontiguousarray(counts, dtype=np.int32)
+        ends = np.cumsum(counts, dtype=np.int64)
+        for c in range(0, len(experts), GROUP_CHUNK):
+            if check is not None:
+                check()
+            d = min(c + GROUP_CHUNK, len(experts))
+            a, b = int(ends[c] - counts[c]), int(ends[d - 1])
+            refs = [self.ref(layer, int(e)) for e in experts[c:d]]
+            self.kernel.expert_groups(self.shape, refs, counts[c:d], x[a:b], w[a:b], out[a:b])
+
     def moe_tokens(self, layer: int, ids: np.ndarray, weights: np.ndarray, x: np.ndarray,
                    check: Callable[[], None] | None = None) -> np.ndarray:
         """N tokens [T, k]: grouped by expert through the kernel's expert_groups call (GROUP_CHUNK
@@ -202,15 +217,8 @@ class NativeExperts:
         x_sorted = np.ascontiguousarray(x, np.float32)[order // k]
         w_sorted = np.ascontiguousarray(weights, np.float32).reshape(-1)[order]
         out_sorted = np.empty((t_count * k, h), np.float32)
-        experts, starts, counts = np.unique(flat[order], return_index=True, return_counts=True)
-        counts = counts.astype(np.int32)
-        for c in range(0, len(experts), GROUP_CHUNK):
-            if check is not None:
-                check()
-            d = min(c + GROUP_CHUNK, len(experts))
-            a, b = int(starts[c]), int(starts[d - 1] + counts[d - 1])
-            refs = [self.ref(layer, int(e)) for e in experts[c:d]]
-            self.kernel.expert_groups(self.shape, refs, counts[c:d], x_sorted[a:b], w_sorted[a:b], out_sorted[a:b])
+        experts, counts = np.unique(flat[order], return_counts=True)
+        self.expert_groups(layer, experts, counts, x_sorted, w_sorted, out_sorted, check)
         contrib = np.empty((t_count * k, h), np.float32)
         contrib[order] = out_sorted
         contrib = contrib.reshape(t_count, k, h)

@@ -22,14 +22,15 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ...checkpoint import Checkpoint
 from ...plan import SLOT_PARTS
+from .. import cudart
 from ..layout import ExpertLayout
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,14 @@ class MappedExperts:
             out.append((self.layout.offsets[part], self._src[shard][a : a + size]))
         return out
 
+    def source(self, shard: str) -> torch.Tensor:
+        with self._lock:
+            return self._src[shard]
+
+    def address(self, shard: str) -> int:
+        with self._lock:
+            return self._registered[shard]
+
     @property
     def ready_layers(self) -> int:
         return sum(self.ready(layer) for layer in range(len(self.spans)))
@@ -163,7 +172,57 @@ class MappedExperts:
             self.locked_bytes = 0
 
 
-def copy_direct(dst: torch.Tensor, sources: list[tuple[int, Any]]) -> None:
-    """Copy an expert's parts into a slot (uint8 view) on the current stream, asynchronously."""
-    for off, src in sources:
-        dst[off : off + src.numel()].copy_(src, non_blocking=True)
+@dataclass(frozen=True)
+class Copy2D:
+    """``height`` rows of ``width`` bytes: source rows ``spitch`` apart from byte ``src`` of a
+    registered shard, destination rows ``dpitch`` apart from byte ``dst`` of the slot pool."""
+
+    shard: str
+    src: int
+    spitch: int
+    dst: int
+    dpitch: int
+    width: int
+    height: int
+
+
+def runs(experts: Sequence[int], slots: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(first expert, first slot, length) of each run of consecutive experts in consecutive slots."""
+    out: list[tuple[int, int, int]] = []
+    for e, s in zip(experts, slots, strict=True):
+        if out and e == out[-1][0] + out[-1][2] and s == out[-1][1] + out[-1][2]:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + 1)
+        else:
+            out.append((e, s, 1))
+    return out
+
+
+def plan_copies(m: MappedExperts, layer: int, experts: Sequence[int], slots: Sequence[int],
+                slot_bytes: int) -> list[Copy2D]:
+    """A wave's copies: one per part and run (a layer's experts lie one after another in each of
+    its part tensors, and a wave's scratch slots are consecutive), instead of six per expert."""
+    row = m.spans[layer]
+    out = []
+    for part in SLOT_PARTS:
+        shard, start, size = row[part]
+        off = m.layout.offsets[part]
+        for e0, s0, n in runs(experts, slots):
+            out.append(Copy2D(shard, start + e0 * size, size, s0 * slot_bytes + off, slot_bytes, size, n))
+    return out
+
+
+def run_copies(m: MappedExperts, pool: torch.Tensor, copies: list[Copy2D]) -> None:
+    """Queue the copies on the current stream: 2-D runtime copies on CUDA, tensor copies row by
+    row elsewhere (and where the runtime library cannot be found); the same bytes either way."""
+    rt = cudart.runtime() if pool.is_cuda else None
+    if rt is None:
+        for c in copies:
+            src = m.source(c.shard)
+            for r in range(c.height):
+                a, d = c.src + r * c.spitch, c.dst + r * c.dpitch
+                pool[d : d + c.width].copy_(src[a : a + c.width], non_blocking=pool.is_cuda)
+        return
+    stream = torch.cuda.current_stream(pool.device).cuda_stream
+    base = pool.data_ptr()
+    for c in copies:
+        rt.copy_2d(base + c.dst, c.dpitch, m.address(c.shard) + c.src, c.spitch, c.width, c.height, stream)

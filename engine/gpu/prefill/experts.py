@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .cpu_groups import CpuGroups
-from .direct import MappedExperts, copy_direct
+from .direct import MappedExperts, plan_copies, run_copies
 from .grouping import LayerPlan, plan_layer
 from .launch import PrefillKernels
 from .split import SplitModel
@@ -87,12 +87,8 @@ class PromptExperts:
             ready.synchronize()
         xs = x.numpy()
         out = np.empty_like(xs)
-        at = 0
         t1 = time.perf_counter()
-        for e in experts:
-            n = int(counts[e])
-            self.cpu.compute(layer, e, xs[at : at + n], w[at : at + n], out[at : at + n])
-            at += n
+        self.cpu.compute_groups(layer, experts, counts[experts], xs, w, out)
         done = time.perf_counter()
         if self.split is not None:
             self.split.observe_cpu(done - t1, counts[experts], self.core.layout.payload_bytes)
@@ -146,8 +142,9 @@ class PromptExperts:
 
     def _stage_direct(self, layer: int, experts: list[int], slots: list[int]) -> None:
         """Copy a wave's experts from the registered mapping into their scratch slots on the copy
-        stream, then make the compute stream wait for them: one stream switch, one timer and one
-        event per wave, since the host's launch work, not the bytes, bounds direct staging."""
+        stream (one 2-D copy per part and run of consecutive experts: direct.plan_copies), then
+        make the compute stream wait for them: one stream switch, one timer and one event per
+        wave, since the host's launch work, not the bytes, bounds direct staging."""
         assert self.direct is not None and self.copy_stream is not None
         with torch.cuda.stream(self.copy_stream):
             waited: set[int] = set()
@@ -157,8 +154,8 @@ class PromptExperts:
                     self.copy_stream.wait_event(prev)
                     waited.add(id(prev))
             begin = self.timer.start(self.copy_stream)
-            for e, slot in zip(experts, slots, strict=True):
-                copy_direct(self.core.slot_view(slot), self.direct.sources(layer, e))
+            run_copies(self.direct, self.core.pool,
+                       plan_copies(self.direct, layer, experts, slots, self.core.plan.slot_bytes))
             self.timer.stop("copies", begin, self.copy_stream)
             done = torch.cuda.Event()
             done.record(self.copy_stream)

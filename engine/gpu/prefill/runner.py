@@ -30,7 +30,7 @@ from ...settings import EngineSettings
 from ...types import CancelToken
 from . import dense
 from .cpu_groups import CpuGroups, make_cpu_groups
-from .direct import MappedExperts, auto_budget, copy_direct
+from .direct import MappedExperts, auto_budget, plan_copies, run_copies
 from .experts import PromptExperts, combine
 from .launch import PrefillKernels
 from .split import SplitModel
@@ -272,12 +272,12 @@ class PrefillRunner:
         ready = [(layer, e) for layer, e in picks if d is not None and d.ready(layer)]
         if d is None or not ready or not self.cuda:
             return 0.0
-        dst = self.core.slot_view(self.core.plan.n_slots)  # the first scratch slot: unused at load
-        copy_direct(dst, d.sources(*ready[0]))
+        slot, sb = self.core.plan.n_slots, self.core.plan.slot_bytes  # the first scratch slot: unused at load
+        run_copies(d, self.core.pool, plan_copies(d, ready[0][0], [ready[0][1]], [slot], sb))
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for layer, e in ready:
-            copy_direct(dst, d.sources(layer, e))
+            run_copies(d, self.core.pool, plan_copies(d, layer, [e], [slot], sb))
         torch.cuda.synchronize()
         return (time.perf_counter() - t0) / len(ready)
 

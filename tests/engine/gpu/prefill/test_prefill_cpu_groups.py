@@ -50,3 +50,25 @@ def test_cpu_group_matches_reference(tiny_model, kind: str, n: int) -> None:
     # rounds the SwiGLU activation to bf16 as the model does (x is bf16 already): one bf16 rounding
     # (unit roundoff 2^-9) of the down projection's input, so at most a few 1e-3 in relative L2
     assert err < (4e-3 if kind == "native" else 1e-5), err
+
+
+@pytest.mark.parametrize("kind", ["native", "torch"])
+def test_groups_in_one_call_give_the_bits_of_one_call_per_expert(tiny_model, kind: str) -> None:
+    """The prompt's CPU job hands all its experts over at once (compute_groups); each group's rows
+    are bit for bit what a call for that expert alone gives."""
+    ck = Checkpoint.open(tiny_model)
+    cg = groups(kind, ck)
+    experts, counts = [0, 3, 5, 6], np.array([4, 1, 17, 9])
+    n = int(counts.sum())
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(rng.normal(size=(n, ck.config.hidden_size)).astype(np.float32)).to(torch.bfloat16)
+    x = x.float().numpy()
+    w = rng.uniform(0.1, 0.6, n).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    cg.compute_groups(1, experts, counts, x, w, out)
+    at = 0
+    for e, c in zip(experts, counts.tolist(), strict=True):
+        one = np.full((c, x.shape[1]), np.nan, np.float32)
+        cg.compute(1, e, x[at : at + c], w[at : at + c], one)
+        assert np.array_equal(out[at : at + c], one), e
+        at += c

@@ -9,8 +9,9 @@ import torch
 
 from engine.checkpoint import Checkpoint
 from engine.gpu.layout import ExpertLayout
-from engine.gpu.prefill.direct import MappedExperts, auto_budget, copy_direct
+from engine.gpu.prefill.direct import MappedExperts, auto_budget, plan_copies, run_copies, runs
 from engine.gpu.prefill.split import SplitRates, choose_cpu
+from engine.plan import SLOT_PARTS
 
 
 class Recorder:
@@ -46,11 +47,41 @@ def test_direct_sources_give_the_packed_bytes(sharded) -> None:
     for layer in range(cfg.num_hidden_layers):
         for e in (0, 1, cfg.num_local_experts - 1):
             dst = torch.zeros(lay.slot_bytes, dtype=torch.uint8)
-            copy_direct(dst, m.sources(layer, e))
+            run_copies(m, dst, plan_copies(m, layer, [e], [0], lay.slot_bytes))
             assert np.array_equal(dst.numpy(), lay.pack_expert(sharded, layer, e)), (layer, e)
     m.close()
     assert sorted(rec.unregistered) == sorted(p for p, _ in rec.registered)
     assert m.locked_bytes == 0 and m.ready_layers == 0
+
+
+def test_runs_join_consecutive_experts_in_consecutive_slots() -> None:
+    assert runs([], []) == []
+    assert runs([3, 4, 5, 9, 10, 12], [7, 8, 9, 10, 11, 7]) == [(3, 7, 3), (9, 10, 2), (12, 7, 1)]
+    assert runs([3, 4], [8, 7]) == [(3, 8, 1), (4, 7, 1)]  # consecutive experts, slots not: two copies
+
+
+def test_a_wave_lands_as_packing_would_put_it(sharded) -> None:
+    """A wave with runs and gaps, into a pool of several slots: every slot holds exactly the packed
+    expert, and the bytes between the slots' parts stay untouched."""
+    lay = ExpertLayout.for_config(sharded.config)
+    m = MappedExperts(sharded, lay, budget=1 << 40, register=Recorder().register, unregister=lambda p: None,
+                      background=False)
+    sb, layer = lay.slot_bytes, 1
+    experts, slots = [0, 1, 2, 5, 6, 7], [2, 3, 4, 5, 0, 1]
+    pool = torch.full((6 * sb,), 0xAB, dtype=torch.uint8)
+    copies = plan_copies(m, layer, experts, slots, sb)
+    assert len(copies) == 6 * 3  # six parts x runs (0-2 -> 2-4, 5 -> 5, 6-7 -> 0-1)
+    run_copies(m, pool, copies)
+    for e, s in zip(experts, slots, strict=True):
+        want = lay.pack_expert(sharded, layer, e)
+        got = pool[s * sb : (s + 1) * sb].numpy()
+        written = np.zeros(sb, dtype=bool)
+        for part in SLOT_PARTS:
+            off, size = lay.offsets[part], m.spans[layer][part][2]
+            assert np.array_equal(got[off : off + size], want[off : off + size]), (e, s, part)
+            written[off : off + size] = True
+        assert (got[~written] == 0xAB).all()  # padding between the parts: not written
+    m.close()
 
 
 def test_budget_and_failures_leave_layers_to_the_ring(sharded) -> None:
