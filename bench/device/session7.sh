@@ -17,7 +17,7 @@ synth_120b "$CK"
 LOG=$OUT/final.log
 echo "synth done ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
 timeout 110 "$PY" -m bench.gpu.direct_check "$CK" 600 >"$OUT/direct_check.txt" 2>>"$LOG" || echo "direct_check exited $?" | tee -a "$LOG"
-grep -E "identical|layers_ready|\"s\"" "$OUT/direct_check.txt"
+grep -E "identical|layers_ready|cudart|\"s\"" "$OUT/direct_check.txt"
 gpu() { bench_run "$1" "$2" "$LOG" "${@:3}" --backend gpu --budget-gib 12 --threads 8; }
 gpu ttft-1 80 prompt "$CK" --tokens 600,3000 --repeats 2 --followup 600 --warmup 0
 gpu ttft-13k 60 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from engine.checkpoint import Checkpoint
+from engine.gpu import cudart
 from engine.gpu.backend import GpuBackend
 from engine.settings import EngineSettings
 
@@ -37,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     ids = [int(x) for x in np.random.default_rng(5).integers(0, 199_000, n)]
     direct = runner.direct
     out: dict[str, Any] = {"load_s": load_s, "layers_ready": ready, "locked_gib": direct.locked_bytes / 2**30,
-                              "error": direct.error, "tokens": n, "runs": []}
+                              "error": direct.error, "tokens": n, "runs": [],
+                              "cudart_2d_copies": cudart.runtime() is not None}
     logits: dict[str, torch.Tensor] = {}
     for name in ("direct", "ring", "ring", "direct"):
         runner.experts.direct = direct if name == "direct" else None
