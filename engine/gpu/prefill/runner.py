@@ -29,8 +29,9 @@ from ...config import ModelConfig
 from ...settings import EngineSettings
 from ...types import CancelToken
 from . import dense
+from .calibrate import measure_rates
 from .cpu_groups import CpuGroups, make_cpu_groups
-from .direct import MappedExperts, auto_budget, plan_copies, run_copies
+from .direct import MappedExperts, auto_budget
 from .experts import PromptExperts, combine
 from .launch import PrefillKernels
 from .split import SplitModel
@@ -209,77 +210,9 @@ class PrefillRunner:
 
     # ---- this machine's rates --------------------------------------------------------------------
     def calibrate(self, tokens: int = 16, reps: int = 2) -> dict[str, float]:
-        """Measure the CPU kernel (1 and ``tokens`` tokens) and the staging ring's packing on
-        non-resident experts, and set the split's rates from them (once, at load). The two lanes
-        run together in a prompt and share the cores and the memory, so each is timed while the
-        other works (on the H200 host packing fell from 11.5 to 9.2 GB/s beside the CPU kernel)."""
-        import threading
-
-        cfg, layout = self.cfg, self.core.layout
-        table = self.core.np_table
-        cold = [(layer, int(e)) for layer in range(cfg.num_hidden_layers) for e in np.flatnonzero(table[layer] < 0)]
-        if len(cold) < 4:
-            return {}
-        rng = np.random.default_rng(0)
-        picks = [cold[int(i)] for i in rng.permutation(len(cold))]
-        x = rng.standard_normal((tokens, cfg.hidden_size)).astype(np.float32)
-        w = np.ones(tokens, dtype=np.float32)
-        out = np.empty_like(x)
-
-        def cpu_time(layer: int, e: int, n: int) -> float:
-            t0 = time.perf_counter()
-            self.cpu.compute(layer, e, x[:n], w[:n], out[:n])
-            return time.perf_counter() - t0
-
-        cpu_time(*picks[0], tokens)  # first touch of the kernel's threads
-        packing = threading.Event()
-        stage_s: list[float] = []
-
-        def pack_loop() -> None:
-            if self.ring is None:
-                return
-            staged = picks[2 * reps + 1 : 2 * reps + 1 + 8 * reps]
-            p0, n = self.ring.pack_seconds, 0
-            for layer, e in staged:
-                self.ring.submit(layer, [e])
-                _, _, buf = self.ring.take()
-                self.ring.give_back(buf, None)
-                n += 1
-                packing.set()
-            if n:
-                stage_s.append((self.ring.pack_seconds - p0) / n)
-
-        th = threading.Thread(target=pack_loop, name="neural-calibrate-pack")
-        th.start()
-        packing.wait(5.0)
-        one = min(cpu_time(layer, e, 1) for layer, e in picks[1 : 1 + reps])
-        many = min(cpu_time(layer, e, tokens) for layer, e in picks[1 + reps : 1 + 2 * reps])
-        th.join()
-        stage = stage_s[0] if stage_s else self.split.rates.stage * layout.payload_bytes
-        direct = self._direct_copy_seconds(picks[-8:])
-        self.split.rates = SplitModel.fitted(one, many, tokens, stage, layout.payload_bytes, direct)
-        r = self.split.rates
-        got = {"cpu_1_token_s": one, f"cpu_{tokens}_tokens_s": many, "pack_s": stage, "direct_s": direct,
-               "cpu_pass_gbps": 1e-9 / r.cpu_pass, "cpu_token_gbps": 1e-9 / r.cpu_token, "stage_gbps": 1e-9 / r.stage,
-               "direct_gbps": 1e-9 / r.direct}
-        log.info("prompt split rates: %s", {k: round(v, 5) for k, v in got.items()})
-        self.calibration = got
-        return got
-
-    def _direct_copy_seconds(self, picks: list[tuple[int, int]]) -> float:
-        """Seconds to copy one expert from the registered mapping into a scratch slot (0: none ready)."""
-        d = self.direct
-        ready = [(layer, e) for layer, e in picks if d is not None and d.ready(layer)]
-        if d is None or not ready or not self.cuda:
-            return 0.0
-        slot, sb = self.core.plan.n_slots, self.core.plan.slot_bytes  # the first scratch slot: unused at load
-        run_copies(d, self.core.pool, plan_copies(d, ready[0][0], [ready[0][1]], [slot], sb))
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for layer, e in ready:
-            run_copies(d, self.core.pool, plan_copies(d, layer, [e], [slot], sb))
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / len(ready)
+        """Measure this machine's lanes and set the split's rates from them (calibrate.py)."""
+        self.calibration = measure_rates(self, tokens, reps)
+        return self.calibration
 
     def wait_direct(self, timeout: float) -> int:
         """Wait for the background registration (at load); returns the layers ready for direct copies."""
