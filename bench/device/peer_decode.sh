@@ -10,7 +10,7 @@
 #      llama.cpp's own converter (bench/peer/convert_synth_gguf.py: bf16, MXFP4 experts kept);
 #   c. 128 decode tokens at depth 0, greedy, 8 threads, 1 warm-up + 2 runs each: Neural GPU at a
 #      12 GiB budget with the pool scaled to the 36-layer plan's expert slots per layer (as the
-#      18-layer suite: bench.harness.suite.scaled_pool_gib), llama-bench -ngl 99 -ncmoe $NCMOE -fa on;
+#      18-layer suite: bench.harness.suite.scaled_pool_gib), llama-bench -ngl 99 -ncmoe $NCMOE -fa $PEER_FA;
 #      then llama-bench pp512 once if time is left.
 # VRAM rule for llama.cpp: at 36 layers -ncmoe 31 fits 12 GiB (5 layers' experts on the GPU); at L
 # layers ceil(5*L/36) layers' experts go on the GPU: NCMOE = L - ceil(5*L/36) (18 -> 15, 3 of 18 =
@@ -30,6 +30,7 @@ LAYERS=${LAYERS:-18}
 NCMOE=${NCMOE:-$(( LAYERS - (5 * LAYERS + 35) / 36 ))}
 THREADS=${THREADS:-8}
 PEER_CPU=${PEER_CPU:-0}
+export PEER_FA=${PEER_FA:-off}  # off: no FlashAttention kernels to compile (82 of 120 template files), so the build fits the call; depth 0 decode barely uses attention
 LLAMA_DIR=${LLAMA_DIR:-/tmp/llama}
 CK_ROOT=${CK_ROOT:-/dev/shm/neural-peer}
 CK=$CK_ROOT/synth-${LAYERS}l
@@ -70,7 +71,8 @@ build_llama() {
   echo "extra cmake args: ${extra[*]}"
   cmake -S "$LLAMA_DIR/llama.cpp" -B "$LLAMA_DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${extra[@]}"
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    -DGGML_CUDA_FA="$([ "$PEER_FA" = on ] && echo ON || echo OFF)" "${extra[@]}"
   timeout $(( ${BUDGET_S:-570} - 150 )) cmake --build "$LLAMA_DIR/build" --target llama-bench -j "${BUILD_JOBS:-14}"
 }
 log "layers $LAYERS, llama.cpp -ncmoe $NCMOE, backend $BACKEND, build $([ -x "$LB" ] && echo reused || echo started)"
@@ -137,7 +139,7 @@ llama() {
   t=$(( l < 150 ? l : 150 ))
   log "== $name"
   vram_watch
-  timeout "$t" "$LB" -m "$GGUF" -t "$THREADS" -ngl 99 -ncmoe "$NCMOE" -fa on -r 2 -o json "$@" \
+  timeout "$t" "$LB" -m "$GGUF" -t "$THREADS" -ngl 99 -ncmoe "$NCMOE" -fa "$PEER_FA" -r 2 -o json "$@" \
     >"$OUT/$name.json" 2>>"$LOG" || log "$name exited $?"
   vram_stop "$name"
 }
@@ -148,7 +150,7 @@ neural neural-2
 [ "$(left)" -gt 60 ] && llama llama-pp512 -p 512 -n 0
 
 "$PY" - "$OUT" "$LAYERS" "$NCMOE" "$POOL" <<'PY' | tee "$OUT/table.md" | tee -a "$LOG"
-import json, pathlib, statistics, sys
+import json, os, pathlib, statistics, sys
 out, layers, ncmoe, pool = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 def load(name):
     try:
@@ -170,7 +172,7 @@ def llama(name):
         return None, "no result"
 rows = [("neural-1", *neural("neural-1")), ("llama-1", *llama("llama-1")),
         ("llama-2", *llama("llama-2")), ("neural-2", *neural("neural-2"))]
-print(f"decode tg128, depth 0, {layers} layers; Neural pool_gib {pool}; llama.cpp -ngl 99 -ncmoe {ncmoe} -fa on\n")
+print(f"decode tg128, depth 0, {layers} layers; Neural pool_gib {pool}; llama.cpp -ngl 99 -ncmoe {ncmoe} -fa {os.environ.get('PEER_FA', 'off')}\n")
 print("| run | tok/s | detail |\n|---|---:|---|")
 for name, ts, detail in rows:
     print(f"| {name} | {'-' if ts is None else f'{ts:.2f}'} | {detail[:120]} |")
