@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from .checkpoint import Checkpoint, bf16_bits_to_tensor
 from .config import ModelConfig
 from .expert_cache import DequantizedExperts
+from .packed_linear import PackedLinear
 
 Check = Callable[[], None]  # raises engine.types.PromptCancelled when the prompt is stopped
 
@@ -174,6 +175,7 @@ class ReferenceModel:
         self.dtype = dtype
         self.experts_fn = experts_fn
         self.bf16_gemm = bf16_gemm and dtype == torch.bfloat16
+        self._packed = PackedLinear() if self.bf16_gemm else None  # one-token GEMVs too (packed_linear.py)
         self._dense: dict[str, torch.Tensor] = {}
         self._experts = DequantizedExperts(ck, dtype, expert_cache_bytes)
         self._check: Check | None = None
@@ -188,7 +190,8 @@ class ReferenceModel:
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         if self.bf16_gemm and x.dtype == torch.bfloat16:
-            return F.linear(x, w, b)
+            y = self._packed(x, w, b) if self._packed is not None else None
+            return y if y is not None else F.linear(x, w, b)
         return linear(x, w, b)
 
     def expert_weights(self, layer: int, e: int) -> tuple[torch.Tensor, ...]:
@@ -330,4 +333,5 @@ class ReferenceModel:
         if last_only:
             h = h[-1:]
         head = self.w("lm_head.weight") if not self.cfg.tie_word_embeddings else self.w("model.embed_tokens.weight")
-        return F.linear(h, head).float()  # no fp32 copy of a vocab-sized head
+        y = self._packed(h, head) if self._packed is not None else None
+        return (y if y is not None else F.linear(h, head)).float()  # no fp32 copy of a vocab-sized head

@@ -1,0 +1,48 @@
+"""bf16 projections on the CPU through oneDNN's prepacked weights.
+
+PyTorch's ``F.linear`` on bf16 CPU tensors re-lays the weight out for oneDNN on every call: one
+token's GEMV read 15-19 GB/s of weights from DRAM where the machine reads ~30 GB/s, and the
+dense projections plus the head took half of a CPU-only decode token (24 of 47 ms, 4-layer
+120b shape, 2 threads, MEASURED with cProfile on the 2-core Zen 4 VM). Packing each weight once
+(``torch.ops.mkldnn._reorder_linear_weight``, the same prepack PyTorch's own CPU compiler uses)
+reads 27 GB/s for the GEMV and is faster at every row count measured (1 to 512 rows: 3.2x to
+1.2x), with the same error against an fp64 product (MEASURED there, 5120 x 2880).
+
+Only where oneDNN's bf16 path is native (AVX512-BF16 or AMX: ``reference.cpu_has_bf16_gemm``):
+on AVX512 without BF16 the packed GEMV was 2x slower than ``F.linear``, and on AVX2 oneDNN
+refuses to pack bf16. Any failure turns packing off and the caller uses ``F.linear``. The
+packed copy doubles the dense weights in RAM (3.1 GB at the 120b shape, head included).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class PackedLinear:
+    def __init__(self) -> None:
+        self.enabled = True
+        self._packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None:
+        """``F.linear(x, w, b)`` for bf16 CPU tensors, or None where packing does not apply."""
+        if not self.enabled or x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16 or x.device.type != "cpu" \
+                or (b is not None and b.dtype != torch.bfloat16):
+            return None
+        hit = self._packed.get(id(w))
+        try:
+            if hit is None or hit[0] is not w:
+                hit = (w, torch.ops.mkldnn._reorder_linear_weight(w.contiguous()))
+                self._packed[id(w)] = hit  # keeps w alive, so its id stays unique
+            rows = x.reshape(-1, x.shape[-1])
+            y = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), hit[1], b, "none", [], "")
+        except (RuntimeError, AttributeError) as exc:
+            log.info("prepacked bf16 projections unavailable (%s); using F.linear", exc)
+            self.enabled = False
+            self._packed.clear()
+            return None
+        return y.reshape(*x.shape[:-1], y.shape[-1])
