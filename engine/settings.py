@@ -45,6 +45,9 @@ class EngineSettings:
     # copies a 600-token prompt took 1.75 s against 4.2-4.8 s "fixed" on the H200 host, MEASURED, docs/perf-prompt.md),
     # "fixed" = groups of <= 16 pairs to the CPU
     prompt_split: Literal["auto", "fixed"] = "auto"
+    # the measured split plans the CPU lane to at most this share of the staging lane: the CPU's
+    # results are needed before the layer can end and its job starts after the copies do
+    prompt_cpu_share: float = 0.9
     warm_prompt: bool = True  # compile the prompt kernels and measure this machine's rates at load
     # staged prompt experts copied straight from the checkpoint's page-locked mapping (engine/gpu/prefill/direct.py):
     # "auto" = on Linux, locking at most the RAM less 16 GiB; "on" = no limit; "off" = pack into pinned buffers
@@ -90,6 +93,8 @@ class EngineSettings:
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):
             raise bad("prompt_split", "must be auto or fixed")
+        if not 0.1 <= self.prompt_cpu_share <= 1.0:
+            raise bad("prompt_cpu_share", "must be between 0.1 and 1.0")
         if self.kv_ring < 0:
             raise bad("kv_ring", "must be >= 0")
         if not 0 <= self.ram_budget_gib <= 65536:

@@ -84,7 +84,7 @@ class PrefillRunner:
         self.release_cache = release_cache
         self.timed = timed  # CUDA-event phase times (a few events per wave; off saves ~10 us each)
         # the CPU / staging split from this machine's rates (calibrate()); "fixed": groups of <= cpu_max pairs
-        self.split = split if split is not None else SplitModel()
+        self.split = split if split is not None else SplitModel(cpu_share=settings.prompt_cpu_share)
         fixed = settings.prompt_split == "fixed" and split is None
         self.experts = PromptExperts(core, self.kernels, self.cpu, self.ring, cpu_max, max_rows, PrefillStats(),
                                      GpuTimer(self.cuda), staged_group, None if fixed else self.split,

@@ -57,8 +57,10 @@ class SplitRates:
 
 
 def choose_cpu(pairs: dict[int, int], nbytes: int, rates: SplitRates, can_stage: bool = True,
-               max_pairs: int = CPU_MAX_PAIRS, direct: bool = False) -> tuple[set[int], float, float]:
-    """The non-resident experts (expert -> pairs) that the CPU should compute.
+               max_pairs: int = CPU_MAX_PAIRS, direct: bool = False,
+               cpu_share: float = 1.0) -> tuple[set[int], float, float]:
+    """The non-resident experts (expert -> pairs) that the CPU should compute; ``cpu_share`` < 1
+    plans the CPU lane to end before the staging lane (setting ``prompt_cpu_share``).
 
     Returns (CPU experts, predicted CPU lane seconds, predicted staging lane seconds)."""
     if not pairs:
@@ -72,7 +74,7 @@ def choose_cpu(pairs: dict[int, int], nbytes: int, rates: SplitRates, can_stage:
     eligible = int(np.searchsorted(counts, max_pairs, side="right"))
     cpu_lane = np.concatenate([[0.0], np.cumsum(rates.cpu_seconds(counts[:eligible], nbytes))])
     stage_lane = (len(counts) - np.arange(eligible + 1)) * rates.stage_seconds(nbytes, direct)
-    best = int(np.argmin(np.maximum(cpu_lane, stage_lane)))  # ties: the fewest CPU experts
+    best = int(np.argmin(np.maximum(cpu_lane / cpu_share, stage_lane)))  # ties: the fewest CPU experts
     return set(experts[:best].tolist()), float(cpu_lane[best]), float(stage_lane[best])
 
 
@@ -82,13 +84,14 @@ class SplitModel:
 
     rates: SplitRates = field(default_factory=SplitRates)
     adaptive: bool = False
+    cpu_share: float = 1.0  # see choose_cpu
     cpu_predicted: float = 0.0
     cpu_observed: float = 0.0
     stage_predicted: float = 0.0
     stage_observed: float = 0.0
 
     def choose(self, pairs: dict[int, int], nbytes: int, can_stage: bool = True, direct: bool = False) -> set[int]:
-        return choose_cpu(pairs, nbytes, self.rates, can_stage, direct=direct)[0]
+        return choose_cpu(pairs, nbytes, self.rates, can_stage, direct=direct, cpu_share=self.cpu_share)[0]
 
     def observe_cpu(self, seconds: float, pairs: np.ndarray, nbytes: int) -> None:
         """One CPU job: ``pairs`` of each expert it computed, ``seconds`` it took."""

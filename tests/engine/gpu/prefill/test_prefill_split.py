@@ -74,3 +74,16 @@ def test_calibration_fit_and_the_recorded_lanes() -> None:
     m.observe_cpu(2 * float(r.cpu_seconds(work, B).sum()), work, B)
     m.end_prompt()
     assert m.rates.cpu_pass == pytest.approx(r.cpu_pass * 1.5)
+
+
+def test_a_cpu_share_below_one_ends_the_cpu_lane_before_the_staging_lane() -> None:
+    """600-token-like layer: every expert used 5-35 times. With a share of 0.9 the planned CPU lane
+    is at most 0.9 of the staging lane it runs beside, and the CPU takes a subset of what it takes
+    at 1.0 (its cheapest experts first either way)."""
+    rng = np.random.default_rng(7)
+    pairs = {e: int(n) for e, n in enumerate(rng.integers(5, 36, 120))}
+    full, cpu_1, _ = choose_cpu(pairs, B, H200, direct=True, max_pairs=64)
+    part, cpu_9, stage_9 = choose_cpu(pairs, B, H200, direct=True, max_pairs=64, cpu_share=0.9)
+    assert part < full and part  # fewer experts, still some
+    assert cpu_9 <= 0.9 * stage_9 + 1e-12 and cpu_9 < cpu_1
+    assert SplitModel(cpu_share=0.9).choose(pairs, B, direct=True) <= full
