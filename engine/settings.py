@@ -45,9 +45,10 @@ class EngineSettings:
     # copies a 600-token prompt took 1.75 s against 4.2-4.8 s "fixed" on the H200 host, MEASURED, docs/perf-prompt.md),
     # "fixed" = groups of <= 16 pairs to the CPU
     prompt_split: Literal["auto", "fixed"] = "auto"
-    # the measured split plans the CPU lane to at most this share of the staging lane: the CPU's
-    # results are needed before the layer can end and its job starts after the copies do
-    prompt_cpu_share: float = 0.9
+    # the measured split plans the CPU lane to at most this share of the staging lane (the CPU's
+    # results are needed before the layer can end, and its job starts after the copies do). 1.0 =
+    # balanced lanes, as measured; below 1 is unmeasured on the device (docs/perf-prompt.md)
+    prompt_cpu_share: float = 1.0
     warm_prompt: bool = True  # compile the prompt kernels and measure this machine's rates at load
     # staged prompt experts copied straight from the checkpoint's page-locked mapping (engine/gpu/prefill/direct.py):
     # "auto" = on Linux, locking at most the RAM less 16 GiB; "on" = no limit; "off" = pack into pinned buffers
