@@ -190,9 +190,13 @@ class ReferenceModel:
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         if self.bf16_gemm and x.dtype == torch.bfloat16:
-            y = self._packed(x, w, b) if self._packed is not None else None
-            return y if y is not None else F.linear(x, w, b)
+            return self._projection(x, w, b)
         return linear(x, w, b)
+
+    def _projection(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        """F.linear, through prepacked weights where packing applies (bf16 CPU tensors: packed_linear.py)."""
+        y = self._packed(x, w, b) if self._packed is not None else None
+        return y if y is not None else F.linear(x, w, b)
 
     def expert_weights(self, layer: int, e: int) -> tuple[torch.Tensor, ...]:
         return self._experts.get(layer, e)
@@ -333,5 +337,4 @@ class ReferenceModel:
         if last_only:
             h = h[-1:]
         head = self.w("lm_head.weight") if not self.cfg.tie_word_embeddings else self.w("model.embed_tokens.weight")
-        y = self._packed(h, head) if self._packed is not None else None
-        return (y if y is not None else F.linear(h, head)).float()  # no fp32 copy of a vocab-sized head
+        return self._projection(h, head).float()  # no fp32 copy of a vocab-sized head

@@ -136,16 +136,6 @@ class MappedExperts:
         with self._lock:
             return all(row[p][0] in self._src for p in SLOT_PARTS)
 
-    def sources(self, layer: int, expert: int) -> list[tuple[int, torch.Tensor]]:
-        """(offset in the slot, source bytes) of each part of a ready layer's expert."""
-        out = []
-        row = self.spans[layer]
-        for part in SLOT_PARTS:
-            shard, start, size = row[part]
-            a = start + expert * size
-            out.append((self.layout.offsets[part], self._src[shard][a : a + size]))
-        return out
-
     def source(self, shard: str) -> torch.Tensor:
         with self._lock:
             return self._src[shard]
