@@ -1,24 +1,54 @@
 #!/usr/bin/env bash
-# Neural's GPU decode against llama.cpp's CUDA build on the same synthetic model, mirrored
-# (Neural, llama.cpp, llama.cpp, Neural), in ONE device call: repo root, carry [".whl", ".peer"]
+# Neural's GPU decode against llama.cpp's CUDA build on the same synthetic model, mirrored, on
+# CALIBRATED and uniform routing, in ONE device call: repo root, carry [".whl", ".peer"]
 # (.peer/ written here by bench/peer/trim_llama_src.sh: llama-src.tar.gz and the converter's
 # wheels in whl/; .o200k is not needed: the synthetic checkpoint carries its own tokenizer).
+#   usage: [LAYERS=18] [ROUTINGS=calibrated,uniform] [DEPTH=0] bash bench/device/peer_decode.sh
 #   a. .peer/llama-src.tar.gz unpacked to $LLAMA_DIR and llama-bench built with CUDA (sm_90) in
 #      the background at once (cuBLAS from torch's nvidia wheels when the toolkit has none);
 #   b. meanwhile: env.sh (wheels, native kernel), an $LAYERS-layer 120b-shape checkpoint (uniform
-#      routing) in /dev/shm, .peer/whl installed to /tmp/peer-site, and the GGUF written by
-#      llama.cpp's own converter (bench/peer/convert_synth_gguf.py: bf16, MXFP4 experts kept);
-#   c. 128 decode tokens at depth 0, greedy, 8 threads, 1 warm-up + 2 runs each: Neural GPU at a
-#      12 GiB budget with the pool scaled to the 36-layer plan's expert slots per layer (as the
-#      18-layer suite: bench.harness.suite.scaled_pool_gib), llama-bench -ngl 99 -ncmoe $NCMOE -fa $PEER_FA;
-#      then llama-bench pp512 once if time is left.
+#      routing) in /dev/shm, .peer/whl installed to /tmp/peer-site, the GGUF written by llama.cpp's
+#      own converter (bench/peer/convert_synth_gguf.py: bf16, MXFP4 experts kept), and its
+#      calibrated-routing variant (`synth --like`: expert shards hard-linked, only the shard with
+#      the embeddings and routers rewritten, ~1.1 GiB, 7 s here);
+#   c. in the order neural-cal-1, neural-uni-1, llama-1, llama-2, neural-uni-2, neural-cal-2, 8
+#      threads each, Neural GPU at a 12 GiB budget with the pool scaled to the 36-layer plan's
+#      expert slots per layer (as the 18-layer suite: bench.harness.suite.scaled_pool_gib):
+#      - neural-uni: `neural bench decode` tg128 at depth $DEPTH, greedy, 1 warm-up + 2 runs;
+#      - neural-cal: bench.routing.calibrated_tg, TEACHER-FORCED over the calibrated text (its
+#        routing is a function of the token ids, so greedy decoding would walk a short cycle):
+#        the text's first $CAL_DEPTH tokens as the prompt, $CAL_WARMUP untimed, $CAL_TOKENS timed;
+#      - llama-bench -ngl 99 -ncmoe $NCMOE -fa $PEER_FA tg128 (-d $DEPTH), 1 warm-up + 2 runs,
+#        on the UNIFORM GGUF only: its decode reads each token's k experts of every CPU layer in
+#        full whichever they are (and llama-bench feeds random token ids), so its speed does not
+#        depend on the routing; the calibrated ratio = Neural calibrated / llama.cpp of this call;
+#      then llama-bench pp512 once if time is left. A run is skipped when fewer than 40 s of
+#      BUDGET_S are left; every Neural run starts without a saved hot set (each ranks its own).
+# CAL_DEPTH 2048: >= 64 is required (the static hot set is ranked at the first decode step after
+# 64 tokens), and the hit rate of a 128-token window depends on where it sits in the text (topic
+# segments of median 400 tokens): after a 512-token prompt the window gives 0.230, after 1024
+# 0.340, after 2048 0.365, against 0.361 over 4096 tokens (SIMULATED with bench.routing.policy_replay
+# at 18 layers, 274 slots, 16 warm-up tokens); 2048 is also the prompt of session 5's measured
+# calibrated decode and of perf-residency.md's replay. Its prompt costs < 1 s on the H200, and
+# attention over 2k tokens of K/V in VRAM is microseconds against ~20 ms a token (CALCULATED), so
+# the depth does not bias the comparison with the depth-0 uniform and llama.cpp runs.
 # VRAM rule for llama.cpp: at 36 layers -ncmoe 31 fits 12 GiB (5 layers' experts on the GPU); at L
 # layers ceil(5*L/36) layers' experts go on the GPU: NCMOE = L - ceil(5*L/36) (18 -> 15, 3 of 18 =
 # 16.7% of expert bytes; Neural's pool holds 274 of 2304 expert slots = 11.9%: rounded for llama.cpp).
-# Env: LAYERS (18), NCMOE, BUDGET_S (570), BUILD_JOBS (14), THREADS (8), PEER_CPU=1 (CPU llama.cpp,
-# Neural --backend cpu: the local plumbing check), SYNTH_ARGS (extra synth flags, e.g. --vocab 8192),
-# PEER_WHL (.peer/whl: the converter's cp312 wheels), CK_ROOT (/dev/shm/neural-peer), LLAMA_DIR (/tmp/llama; a llama-bench already built there is reused).
-# $OUT (8 files at most): peer.log, build.log, table.md, neural-1/2.json, llama-1/2.json, llama-pp512.json.
+# Expected timeline at 18 layers (CALCULATED from session 7's call: synth 36 s, GGUF 142 s, build
+# 249 s, a first Neural process 44 s (load ~36 s of it), later ones 24 s, llama-bench 13-15 s,
+# pp512 17 s): calibrated variant ~150 s (inside the build wait), neural-cal-1 ~295 s (load ~36 s,
+# 144 tokens ~3 s), neural-uni-1 ~320, llama-1 ~335, llama-2 ~348, neural-uni-2 ~372, neural-cal-2
+# ~393, pp512 ~410, done ~415 s of BUDGET_S 570. DEPTH=D adds about D/130 s per llama-bench tg run
+# (its depth prompt once per run, at pp ~130 tok/s) and < 1 s per Neural run: DEPTH=2048 ~450 s.
+# Env: LAYERS (18), ROUTINGS (calibrated,uniform: which Neural rows run; llama.cpp always runs),
+# DEPTH (0), CAL_DEPTH (2048), CAL_WARMUP (16), CAL_TOKENS (128), NCMOE, BUDGET_S (570),
+# BUILD_JOBS (14), THREADS (8), PEER_CPU=1 (CPU llama.cpp, Neural --backend cpu: the local
+# plumbing check), SYNTH_ARGS (extra synth flags, e.g. --vocab 8192), PEER_WHL (.peer/whl: the
+# converter's cp312 wheels), CK_ROOT (/dev/shm/neural-peer), LLAMA_DIR (/tmp/llama; a llama-bench
+# already built there is reused), NEURAL_CACHE_DIR (/tmp/neural-peer-cache: Triton kernels kept).
+# $OUT (3 files): table.md, peer.log and results.tgz (everything: both, build.log, neural-cal-1/2,
+# neural-uni-1/2, llama-1/2, llama-pp512 .json).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
@@ -29,16 +59,25 @@ LOG=$OUT/peer.log
 LAYERS=${LAYERS:-18}
 NCMOE=${NCMOE:-$(( LAYERS - (5 * LAYERS + 35) / 36 ))}
 THREADS=${THREADS:-8}
+ROUTINGS=${ROUTINGS:-calibrated,uniform}
+DEPTH=${DEPTH:-0}
+CAL_DEPTH=${CAL_DEPTH:-2048}
+CAL_WARMUP=${CAL_WARMUP:-16}
+CAL_TOKENS=${CAL_TOKENS:-128}
+export ROUTINGS CAL_DEPTH CAL_WARMUP CAL_TOKENS  # read by the table
+export NEURAL_CACHE_DIR=${NEURAL_CACHE_DIR:-/tmp/neural-peer-cache}
 PEER_CPU=${PEER_CPU:-0}
 export PEER_FA=${PEER_FA:-off}  # off: no FlashAttention kernels to compile (82 of 120 template files), so the build fits the call; depth 0 decode barely uses attention
 LLAMA_DIR=${LLAMA_DIR:-/tmp/llama}
 CK_ROOT=${CK_ROOT:-/dev/shm/neural-peer}
 CK=$CK_ROOT/synth-${LAYERS}l
+CKC=$CK_ROOT/synth-${LAYERS}l-calibrated
 GGUF=$CK_ROOT/synth-${LAYERS}l.gguf
 LB=$LLAMA_DIR/build/bin/llama-bench
 BACKEND=gpu
 [ "$PEER_CPU" = 1 ] && BACKEND=cpu
 log() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG"; }
+has() { case ",$ROUTINGS," in *",$1,"*) return 0 ;; esac; return 1; }
 
 # --- a. llama.cpp build, in the background ------------------------------------------------------
 # cuda_args: the toolkit's cuBLAS if it has one, else the one torch ships (nvidia/*/include + lib);
@@ -53,6 +92,7 @@ roots = [os.path.join(p, 'nvidia') for p in sys.path if p]
 hits = [h for r in roots for h in glob.glob(os.path.join(r, '*', 'include', 'cublas_v2.h'))]
 print(os.path.dirname(os.path.dirname(hits[0])) if hits else '')")
     if [ -n "$d" ]; then
+      # shellcheck disable=SC2012  # library names hold no odd characters
       echo "-DCUDA_cublas_LIBRARY=$(ls "$d"/lib/libcublas.so* | head -1)" \
         "-DCUDA_cublasLt_LIBRARY=$(ls "$d"/lib/libcublasLt.so* | head -1)" \
         "-DCMAKE_CUDA_FLAGS=-I$d/include" "-DCMAKE_CXX_FLAGS=-I$d/include"
@@ -75,7 +115,7 @@ build_llama() {
     -DGGML_CUDA_FA="$([ "$PEER_FA" = on ] && echo ON || echo OFF)" "${extra[@]}"
   timeout $(( ${BUDGET_S:-570} - 150 )) cmake --build "$LLAMA_DIR/build" --target llama-bench -j "${BUILD_JOBS:-14}"
 }
-log "layers $LAYERS, llama.cpp -ncmoe $NCMOE, backend $BACKEND, build $([ -x "$LB" ] && echo reused || echo started)"
+log "layers $LAYERS, routings $ROUTINGS, depth $DEPTH (calibrated $CAL_DEPTH), llama.cpp -ncmoe $NCMOE, backend $BACKEND, build $([ -x "$LB" ] && echo reused || echo started)"
 if [ -x "$LB" ]; then
   BPID=
 else
@@ -86,13 +126,16 @@ else
 fi
 
 # --- b. checkpoint and GGUF -------------------------------------------------------------------
+# shellcheck source=bench/device/env.sh
 NATIVE_LOG=/tmp/peer_native_build.log . bench/device/env.sh
+# shellcheck disable=SC2086  # SYNTH_ARGS: several flags, split on purpose
 [ -f "$CK/SYNTHETIC.json" ] || timeout 200 "$PY" -m app.cli.main synth --preset 120b-shape --layers "$LAYERS" \
   --seed 1 --jobs 8 --fast ${SYNTH_ARGS:-} --out "$CK" 2>&1 | tr '\r' '\n' | grep -v "GiB *$" | tail -3 >>"$LOG"
 log "synth done: $(du -sh "$CK" | cut -f1)"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/peer-site "${PEER_WHL:-.peer/whl}"/*.whl \
   >>"$LOG" 2>&1 || log "converter wheels failed to install"
 if [ ! -f "$GGUF" ] && [ "$(left)" -gt 180 ]; then
+  # shellcheck disable=SC2015  # a failed mv is logged as a failed convert: either way no GGUF
   # THP: torch's big temporaries in 2 MiB pages (half the converter's time was page faults)
   timeout $(( $(left) - 120 )) env PYTHONPATH=/tmp/peer-site THP_MEM_ALLOC_ENABLE=1 "$PY" \
     bench/peer/convert_synth_gguf.py "$LLAMA_DIR/llama.cpp" "$CK" "$GGUF.part" >/tmp/peer_convert.log 2>&1 \
@@ -100,6 +143,11 @@ if [ ! -f "$GGUF" ] && [ "$(left)" -gt 180 ]; then
   rm -f "$GGUF.part"
 fi
 log "gguf: $(du -sh "$GGUF" 2>/dev/null | cut -f1)"
+if has calibrated && [ -f "$CK/SYNTHETIC.json" ] && [ ! -f "$CKC/SYNTHETIC.json" ]; then
+  timeout 120 "$PY" -m app.cli.main synth --like "$CK" --routing calibrated --out "$CKC" 2>&1 \
+    | tr '\r' '\n' | grep -v "GiB *$" | tail -2 >>"$LOG"
+  log "calibrated variant: $([ -f "$CKC/SYNTHETIC.json" ] && echo written || echo FAILED)"
+fi
 if [ -n "$BPID" ]; then
   while kill -0 "$BPID" 2>/dev/null && [ "$(left)" -gt 100 ]; do sleep 2; done
   log "build: $(tail -1 "$OUT/build.log")"
@@ -123,12 +171,28 @@ vram_stop() {
   VRAM_PID=
   [ -f /tmp/peer_vram ] && log "$1: peak GPU memory used $(sort -n /tmp/peer_vram | tail -1) MiB"
 }
-neural() {
+fresh() { rm -f "$NEURAL_CACHE_DIR"/hotset-*.npy; }  # no saved hot set: each run ranks its own
+neural_uni() {
   [ -f "$CK/SYNTHETIC.json" ] || { log "skip $1: no checkpoint"; return; }
+  fresh
   vram_watch
   bench_run "$1" 150 "$LOG" decode "$CK" --backend "$BACKEND" --budget-gib 12 --threads "$THREADS" \
-    --context 16384 --tokens 128 --depth 0 --temperature 0 --repeats 2 --warmup 1 --set "pool_gib=$POOL"
+    --context 16384 --tokens 128 --depth "$DEPTH" --temperature 0 --repeats 2 --warmup 1 --set "pool_gib=$POOL"
   vram_stop "$1"
+}
+neural_cal() {  # bench_run's pattern for bench.routing.calibrated_tg
+  local name=$1 l t
+  [ -f "$CKC/SYNTHETIC.json" ] || { log "skip $name: no calibrated checkpoint"; return; }
+  l=$(left)
+  [ "$l" -lt 40 ] && { log "skip $name: ${l}s left"; return; }
+  t=$(( l < 150 ? l : 150 ))
+  log "== $name"
+  fresh
+  vram_watch
+  timeout "$t" "$PY" -m bench.routing.calibrated_tg "$CKC" --depth "$CAL_DEPTH" --warmup "$CAL_WARMUP" \
+    --tokens "$CAL_TOKENS" --backend "$BACKEND" --budget-gib 12 --threads "$THREADS" --context 16384 \
+    --set "pool_gib=$POOL" >"$OUT/$name.json" 2>>"$LOG" || log "$name exited $?"
+  vram_stop "$name"
 }
 llama() {
   local name=$1 l t
@@ -143,46 +207,88 @@ llama() {
     >"$OUT/$name.json" 2>>"$LOG" || log "$name exited $?"
   vram_stop "$name"
 }
-neural neural-1
-llama llama-1 -p 0 -n 128
-llama llama-2 -p 0 -n 128
-neural neural-2
+TG=(-p 0 -n 128)
+[ "$DEPTH" -gt 0 ] && TG+=(-d "$DEPTH")
+has calibrated && neural_cal neural-cal-1
+has uniform && neural_uni neural-uni-1
+llama llama-1 "${TG[@]}"
+llama llama-2 "${TG[@]}"
+has uniform && neural_uni neural-uni-2
+has calibrated && neural_cal neural-cal-2
 [ "$(left)" -gt 60 ] && llama llama-pp512 -p 512 -n 0
 
-"$PY" - "$OUT" "$LAYERS" "$NCMOE" "$POOL" <<'PY' | tee "$OUT/table.md" | tee -a "$LOG"
+"$PY" - "$OUT" "$LAYERS" "$NCMOE" "$POOL" "$DEPTH" "$BACKEND" <<'PY' | tee "$OUT/table.md" | tee -a "$LOG"
 import json, os, pathlib, statistics, sys
-out, layers, ncmoe, pool = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+out, layers, ncmoe, pool, depth, backend = pathlib.Path(sys.argv[1]), *sys.argv[2:]
+env = os.environ.get
 def load(name):
     try:
         return json.loads((out / f"{name}.json").read_text())
     except (OSError, ValueError):
         return None
-def neural(name):
+def uniform(name):  # neural bench decode: median of the timed runs, hit rate median
     r = load(name)
     try:
-        s = r["results"][0]["sampling"][0]["tokens_per_s"]
-        return s["median"], f"median of runs {[round(x, 2) for x in s['runs']]}"
+        row = r["results"][0]
+        s = row["sampling"][0]["tokens_per_s"]
+        hit = (row.get("vram_hit_rate") or {}).get("median")
+        return s["median"], hit, f"median of runs {[round(x, 2) for x in s['runs']]}, depth {row['depth']}"
     except (TypeError, KeyError, IndexError):
-        return None, "no result"
+        return None, None, "no result"
+def calibrated(name):  # bench.routing.calibrated_tg: one timed window
+    r = load(name)
+    try:
+        d = (f"{r['backend']}, teacher-forced tokens {r['depth'] + r['warmup']}..{r['depth'] + r['warmup'] + r['tokens']} "
+             f"of the text (prompt {r['depth']}, {r['prompt_s']} s with load)")
+        if "routing_as_designed" in r:
+            d += f", routing as designed {r['routing_as_designed']:.3f}, slots {r['slots']} ({r['static_slots']} static)"
+        if backend == "gpu" and r["backend"] != "GpuBackend":
+            d = "NOT ON THE GPU: " + d
+        return r["tok_s_MEASURED"], r.get("vram_hit_rate_MEASURED"), d
+    except (TypeError, KeyError):
+        return None, None, "no result"
 def llama(name):
     r = load(name)
     try:
-        return r[0]["avg_ts"], f"mean of samples {[round(x, 2) for x in r[0]['samples_ts']]}"
+        return r[0]["avg_ts"], None, f"mean of samples {[round(x, 2) for x in r[0]['samples_ts']]}, depth {r[0]['n_depth']}"
     except (TypeError, KeyError, IndexError):
-        return None, "no result"
-rows = [("neural-1", *neural("neural-1")), ("llama-1", *llama("llama-1")),
-        ("llama-2", *llama("llama-2")), ("neural-2", *neural("neural-2"))]
-print(f"decode tg128, depth 0, {layers} layers; Neural pool_gib {pool}; llama.cpp -ngl 99 -ncmoe {ncmoe} -fa {os.environ.get('PEER_FA', 'off')}\n")
-print("| run | tok/s | detail |\n|---|---:|---|")
-for name, ts, detail in rows:
-    print(f"| {name} | {'-' if ts is None else f'{ts:.2f}'} | {detail[:120]} |")
-n = [ts for name, ts, _ in rows if name.startswith("neural") and ts]
-m = [ts for name, ts, _ in rows if name.startswith("llama") and ts]
-if n and m:
-    print(f"\nNeural mean {statistics.mean(n):.2f} tok/s, llama.cpp mean {statistics.mean(m):.2f} tok/s: "
-          f"ratio {statistics.mean(n) / statistics.mean(m):.2f}x (MEASURED, {layers} layers)")
-pp, d = llama("llama-pp512")
+        return None, None, "no result"
+kind = {"neural-cal": calibrated, "neural-uni": uniform, "llama": llama}
+routings = env("ROUTINGS", "").split(",")
+order = [n for n in ("neural-cal-1", "neural-uni-1", "llama-1", "llama-2", "neural-uni-2", "neural-cal-2")
+         if n.startswith("llama") or {"cal": "calibrated", "uni": "uniform"}[n.split("-")[1]] in routings]
+rows = [(n, *kind[n.rsplit("-", 1)[0]](n)) for n in order]
+print(f"decode, {layers} layers, backend {backend}; Neural pool_gib {pool}; llama.cpp -ngl 99 -ncmoe {ncmoe} "
+      f"-fa {env('PEER_FA', 'off')}; tg128 at depth {depth} on uniform routing (Neural and llama.cpp)"
+      + (f"; Neural on calibrated routing teacher-forced over its text ({env('CAL_TOKENS')} tokens after a "
+         f"{env('CAL_DEPTH')}-token prompt and {env('CAL_WARMUP')} untimed)" if "calibrated" in routings else "") + "\n")
+print("| run | tok/s | VRAM hit rate | detail |\n|---|---:|---:|---|")
+for name, ts, hit, detail in rows:
+    print(f"| {name} | {'-' if ts is None else f'{ts:.2f}'} | {'-' if hit is None else f'{hit:.3f}'} | {detail[:200]} |")
+def group(prefix):
+    return [(ts, hit) for name, ts, hit, _ in rows if name.startswith(prefix) and ts]
+m = [ts for ts, _ in group("llama")]
+print()
+if m:
+    print(f"llama.cpp {statistics.mean(m):.2f} tok/s (mean of {[round(x, 2) for x in m]}), uniform GGUF only: its decode "
+          "reads each token's k experts of every CPU layer in full, whichever they are, so its speed does not depend on "
+          "the routing; both ratios below are to this figure")
+for prefix, label in (("neural-cal", "calibrated"), ("neural-uni", "uniform")):
+    g = group(prefix)
+    if not g:
+        continue
+    n = statistics.mean(ts for ts, _ in g)
+    hits = [round(h, 3) for _, h in g if h is not None]
+    line = f"Neural {label} {n:.2f} tok/s (mean of {[round(ts, 2) for ts, _ in g]}; VRAM hit rate {hits or '-'})"
+    if m:
+        line += f": ratio {n / statistics.mean(m):.2f}x llama.cpp (MEASURED, {layers} layers)"
+    print(line)
+pp = load("llama-pp512")
 if pp:
-    print(f"llama.cpp pp512: {pp:.1f} tok/s ({d})")
+    print(f"llama.cpp pp512: {pp[0]['avg_ts']:.1f} tok/s (mean of samples {[round(x, 2) for x in pp[0]['samples_ts']]})")
 PY
 log "done"
+# $OUT returns 8 files at most: all of it in results.tgz, the table and the log beside it
+TGZ=$(mktemp /tmp/peer-results.XXXXXX)
+(cd "$OUT" && tar czf "$TGZ" --exclude=results.tgz . && find . -mindepth 1 ! -name table.md ! -name peer.log -delete \
+  && mv "$TGZ" results.tgz && chmod 644 results.tgz)

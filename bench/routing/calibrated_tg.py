@@ -1,0 +1,110 @@
+"""Teacher-forced decode of the calibrated text timed like a tg run (after a warm-up, through the
+engine's decode step): the calibrated row of bench/device/peer_decode.sh.
+
+    python -m bench.routing.calibrated_tg CKPT [--depth 2048] [--warmup 16] [--tokens 128]
+        [--backend gpu] [--budget-gib 12] [--threads 8] [--context 16384] [--set key=value ...]
+
+As bench.routing.calibrated_decode: the text's first ``depth`` tokens are one prompt, the next
+ones are fed one at a time (teacher-forced, so the routing is the designed one). Three changes
+make its tok/s comparable with `neural bench decode` and llama-bench tg, which time after a
+warm-up run:
+- ``warmup`` tokens go untimed first. The GPU backend installs the static hot set (gigabytes of
+  expert copies) at the first decode step after 64 tokens, a once-per-process cost (0.7 s at 36
+  layers, MEASURED) that calibrated_decode's timed window holds.
+- each step is Engine._run's: ``forward_device`` (the logits stay on the GPU) and a greedy pick,
+  not ``forward`` (a 201k-entry logits copy to the host per token).
+- the steps run inside the RAM residency's ``computing()``, as Engine._run's do (its background
+  page warmer pauses).
+Prints one JSON line: tok_s_MEASURED, vram_hit_rate_MEASURED and routing_as_designed over the timed
+tokens (the last two GPU only), slots, static_slots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TYPES = {"pool_gib": float, "static_slots": int, "refresh_every": int, "refresh_m": int, "prefill_weight": float,
+         "kv_ring": int, "scratch_slots": int}
+
+
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from engine.session import Engine
+    from engine.settings import EngineSettings
+    from engine.synth import SynthShape, read_synthetic_meta, source_routing
+    from engine.synth.calibrated import CalibratedTables, calibrated_text, designed_trace
+
+    meta = read_synthetic_meta(Path(a.ckpt))
+    if source_routing(meta).mode != "calibrated":
+        raise ValueError(f"{a.ckpt} has {source_routing(meta).mode} routing; write one with --routing calibrated")
+    tables = CalibratedTables(int(meta["seed"]), SynthShape(**meta["shape"]))
+    ids = calibrated_text(tables, a.depth + a.warmup + a.tokens).tolist()
+    extra = dict(kv.split("=", 1) for kv in a.set)
+    settings = EngineSettings.from_dict({"backend": a.backend, "cpu_threads": a.threads, "context": a.context,
+                                         "vram_budget_gib": a.budget_gib,
+                                         **{k: TYPES.get(k, str)(v) for k, v in extra.items()}})
+    t0 = time.perf_counter()
+    engine = Engine.load(a.ckpt, settings)
+    be: Any = engine.backend  # GpuBackend or ReferenceBackend: decoder, plan, forward_device are the GPU's
+    engine.prefill(ids[: a.depth])
+    prompt_s = time.perf_counter() - t0
+    forward = getattr(be, "forward_device", be.forward)
+    dec = getattr(be, "decoder", None)
+    res = engine.ram_residency
+    timed = ids[a.depth + a.warmup :]
+    with res.computing() if res is not None else contextlib.nullcontext():
+        for tok in ids[a.depth : a.depth + a.warmup]:
+            int(torch.argmax(forward([tok])))
+        if dec is not None:
+            dec.record_routing = []
+            h0, r0 = dec.stats.hits, dec.stats.routed
+        t0 = time.perf_counter()
+        for tok in timed:
+            int(torch.argmax(forward([tok])))  # the greedy pick: a host sync per token, as the engine's sampler
+        seconds = time.perf_counter() - t0
+    out: dict[str, Any] = {"ckpt": str(a.ckpt), "backend": type(be).__name__, "depth": a.depth, "warmup": a.warmup,
+                           "tokens": a.tokens, "prompt_s": round(prompt_s, 3), "tok_s_MEASURED": a.tokens / seconds}
+    if dec is not None:
+        out["vram_hit_rate_MEASURED"] = (dec.stats.hits - h0) / max(1, dec.stats.routed - r0)
+        got = np.sort(np.stack(dec.record_routing), axis=-1)
+        want = designed_trace(tables, np.asarray(timed))
+        out["routing_as_designed"] = float((got == want).all(-1).mean())
+        out["slots"], out["static_slots"] = be.plan.n_slots, be.plan.n_static
+    engine.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.routing.calibrated_tg", description=__doc__.split("\n\n")[0])
+    p.add_argument("ckpt")
+    p.add_argument("--depth", type=int, default=2048, help="prompt tokens (the text's first)")
+    p.add_argument("--warmup", type=int, default=16, help="untimed teacher-forced tokens after the prompt")
+    p.add_argument("--tokens", type=int, default=128, help="timed teacher-forced tokens after the warm-up")
+    p.add_argument("--backend", default="gpu")
+    p.add_argument("--budget-gib", type=float, default=12.0)
+    p.add_argument("--threads", type=int, default=8)
+    p.add_argument("--context", type=int, default=16384)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="engine setting (repeatable)")
+    a = p.parse_args(argv)
+    if a.depth < 64 or a.warmup < 1 or a.tokens < 1:
+        p.error("--depth must be >= 64 (the static hot set is ranked after 64 tokens), --warmup and --tokens >= 1")
+    try:
+        out = run(a)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
