@@ -11,6 +11,7 @@ next to everything else, or the plan is refused with a message that names the nu
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from .config import MXFP4_BLOCK, ModelConfig
@@ -111,7 +112,8 @@ class VramPlan:
     slot_bytes: int
     n_slots: int
     n_static: int
-    n_scratch: int
+    n_scratch: int  # all scratch slots, the lookahead's included
+    n_ahead: int = 0  # of the scratch slots: the prompt path's lookahead (engine/gpu/prefill/lookahead.py)
 
     @property
     def pool(self) -> int:
@@ -125,13 +127,14 @@ class VramPlan:
         return (f"budget {fmt(self.budget)} = core {fmt(self.dense)} + K/V {fmt(self.kv)} + buffers "
                 f"{fmt(self.buffers)} + prompt workspace {fmt(self.workspace)} + context {fmt(self.overhead)} + pool "
                 f"{fmt(self.pool)} ({self.n_slots} slots: {self.n_static} static, {self.n_slots - self.n_static} "
-                f"adaptive; {self.n_scratch} scratch)")
+                f"adaptive; {self.n_scratch} scratch{f', {self.n_ahead} of them lookahead' if self.n_ahead else ''})")
 
 
 def plan_vram(cfg: ModelConfig, s: EngineSettings, *, workspace_tokens: int | None = None,
-              overhead: int = CONTEXT_OVERHEAD) -> VramPlan:
+              overhead: int = CONTEXT_OVERHEAD, cuda: bool = True) -> VramPlan:
     """The plan the GPU backend allocates. ``workspace_tokens``: the longest prompt the workspace
-    is reserved for (default: the whole context, so a long prompt stays in budget)."""
+    is reserved for (default: the whole context, so a long prompt stays in budget). ``cuda=False``
+    (the kernels under Triton's interpreter, tests): no lookahead slots, which need CUDA copies."""
     if s.kv_ring and s.kv_ring < cfg.sliding_window:
         raise PlanError(f"K/V ring {s.kv_ring} is shorter than the model's sliding window ({cfg.sliding_window})")
     sb = slot_bytes(cfg)
@@ -141,23 +144,42 @@ def plan_vram(cfg: ModelConfig, s: EngineSettings, *, workspace_tokens: int | No
     buffers = buffer_bytes(cfg, s.context)
     ws = workspace_bytes(cfg, s.context if workspace_tokens is None else workspace_tokens, s.prompt_block)
     fixed = dense + kv + buffers + ws + overhead
-    scratch = s.scratch_slots
-    room = budget - fixed - scratch * sb
-    if s.pool_gib > 0:
-        n_slots = int(s.pool_gib * GIB) // sb - scratch
-        if n_slots * sb > room:
-            raise PlanError(f"expert pool of {s.pool_gib:.2f} GiB does not fit the {s.vram_budget_gib:.2f} GiB VRAM "
-                            f"budget next to the core ({fmt(dense)}), K/V ({fmt(kv)}), buffers, prompt workspace "
-                            f"and context ({fmt(buffers + ws + overhead)}); at most {fmt(max(room, 0))}")
-    else:
-        n_slots = max(room, 0) // sb
-    n_slots = min(n_slots, cfg.num_hidden_layers * cfg.num_local_experts)
+    ahead = planned_lookahead(s, cuda)
+    scratch = s.scratch_slots + ahead
+    total = cfg.num_hidden_layers * cfg.num_local_experts
+    for _ in range(2):
+        room = budget - fixed - scratch * sb
+        if s.pool_gib > 0:
+            n_slots = int(s.pool_gib * GIB) // sb - scratch
+        else:
+            n_slots = max(room, 0) // sb
+        if not ahead or n_slots < total:
+            break
+        scratch, ahead = scratch - ahead, 0  # every expert resident: nothing to stage ahead
+    if s.pool_gib > 0 and n_slots * sb > room:
+        raise PlanError(f"expert pool of {s.pool_gib:.2f} GiB does not fit the {s.vram_budget_gib:.2f} GiB VRAM "
+                        f"budget next to the core ({fmt(dense)}), K/V ({fmt(kv)}), buffers, prompt workspace "
+                        f"and context ({fmt(buffers + ws + overhead)}); at most {fmt(max(room, 0))}")
+    n_slots = min(n_slots, total)
     if n_slots < cfg.num_experts_per_tok:
         raise PlanError(f"the {s.vram_budget_gib:.2f} GiB VRAM budget leaves room for {max(n_slots, 0)} expert slots "
                         f"after the core ({fmt(dense)}), K/V ({fmt(kv)}), buffers and prompt workspace; need at least "
                         f"{cfg.num_experts_per_tok} — lower the context or raise the budget")
     n_static = n_slots // 2 if s.static_slots < 0 else min(s.static_slots, n_slots)
-    return VramPlan(budget, dense, kv, buffers, ws, overhead, sb, n_slots, n_static, scratch)
+    return VramPlan(budget, dense, kv, buffers, ws, overhead, sb, n_slots, n_static, scratch, ahead)
+
+
+def planned_lookahead(s: EngineSettings, cuda: bool = True) -> int:
+    """Lookahead slots the plan reserves (unless every expert is resident): only where the prompt
+    path copies experts straight from the mapping, which needs CUDA."""
+    return s.lookahead_slots if cuda and s.scratch_slots > 0 and direct_copies_possible(s.stage_direct) else 0
+
+
+def direct_copies_possible(stage_direct: str) -> bool:
+    """Whether the prompt path may copy experts straight from the checkpoint's page-locked mapping:
+    "on", or "auto" on Linux (never measured on Windows, where file mappings and page-locking
+    work differently). engine/gpu/prefill/direct.py registers accordingly."""
+    return stage_direct == "on" or (stage_direct == "auto" and sys.platform.startswith("linux"))
 
 
 # ---- what the settings give on this machine (Preferences, doctor) -----------------------------
@@ -271,7 +293,7 @@ def estimate(cfg: ModelConfig, s: EngineSettings, gpu_present: bool | None = Non
         plan = None
         errors.append(str(exc)[0].upper() + str(exc)[1:] + ".")
     slots = plan.n_slots if plan else 0
-    if plan and s.pool_gib > 0 and int(s.pool_gib * GIB) // plan.slot_bytes - s.scratch_slots > total:
+    if plan and s.pool_gib > 0 and int(s.pool_gib * GIB) // plan.slot_bytes - plan.n_scratch > total:
         warnings.append(f"The pool holds every expert ({total}); a smaller pool frees VRAM for nothing lost.")
     if plan and s.static_slots > plan.n_slots:  # the engine would clamp: refuse rather than mislead
         errors.append(f"Static slots ({s.static_slots}) exceed the {plan.n_slots} slots the pool gives.")

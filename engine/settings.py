@@ -35,6 +35,11 @@ class EngineSettings:
     pool_gib: float = 0.0  # 0 = whatever the budget leaves after core, K/V and scratch
     static_slots: int = -1  # -1 = half of the pool
     scratch_slots: int = 6
+    # more scratch slots that take the next prompt layer's experts while a layer finishes (engine/gpu/prefill/
+    # lookahead.py); only where staged experts are copied straight from the mapping (stage_direct), else none.
+    # 0 / 16 / 28 slots: 600-token follow-ups 1.43 / 1.32 / 1.25 s (with prompt_cpu_share 0.9, session 8); they
+    # come from the pool (548 -> 520 slots at 12 GiB): ~1% more CPU expert bytes per decoded token (CALCULATED)
+    lookahead_slots: int = 28
     kv_ring: int = 256
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
@@ -45,10 +50,11 @@ class EngineSettings:
     # copies a 600-token prompt took 1.75 s against 4.2-4.8 s "fixed" on the H200 host, MEASURED, docs/perf-prompt.md),
     # "fixed" = groups of <= 16 pairs to the CPU
     prompt_split: Literal["auto", "fixed"] = "auto"
-    # the measured split plans the CPU lane to at most this share of the staging lane (the CPU's
-    # results are needed before the layer can end, and its job starts after the copies do). 1.0 =
-    # balanced lanes, as measured; below 1 is unmeasured on the device (docs/perf-prompt.md)
-    prompt_cpu_share: float = 1.0
+    # the measured split plans the CPU lane to at most this share of the staging lane: the layer waits for the
+    # CPU's results, and the CPU lane ran 10-30% longer than predicted beside the copies. 600-token follow-ups, one
+    # process, mirrored (H200 machine, session 8): 1.64 s at 1.0 and 1.43 s at 0.9 without lookahead, 1.38 / 1.25 s
+    # with 28 lookahead slots (docs/perf-prompt.md)
+    prompt_cpu_share: float = 0.9
     warm_prompt: bool = True  # compile the prompt kernels and measure this machine's rates at load
     # staged prompt experts copied straight from the checkpoint's page-locked mapping (engine/gpu/prefill/direct.py):
     # "auto" = on Linux, locking at most the RAM less 16 GiB; "on" = no limit; "off" = pack into pinned buffers
@@ -81,6 +87,8 @@ class EngineSettings:
             raise bad("static_slots", "must be -1 (auto) or >= 0")
         if not 0 <= self.scratch_slots <= 64:
             raise bad("scratch_slots", "must be between 0 and 64")
+        if not 0 <= self.lookahead_slots <= 64:
+            raise bad("lookahead_slots", "must be between 0 and 64")
         if not 0 <= self.refresh_every <= 4096:
             raise bad("refresh_every", "must be between 0 (frozen) and 4096")
         if not 0 <= self.refresh_m <= 1024:
@@ -124,6 +132,6 @@ class EngineSettings:
         return cls(**d)
 
 
-# The design doc's selected launcher profile (--kv-ring 256 --scratch 6 --pool 6.05).
-OPTIMIZED = EngineSettings(pool_gib=6.05, kv_ring=256, scratch_slots=6, refresh_every=8, refresh_m=16,
-                           prefill_weight=16.0)
+# The design doc's selected launcher profile (--kv-ring 256 --scratch 6 --pool 6.05; it had no lookahead).
+OPTIMIZED = EngineSettings(pool_gib=6.05, kv_ring=256, scratch_slots=6, lookahead_slots=0, refresh_every=8,
+                           refresh_m=16, prefill_weight=16.0)

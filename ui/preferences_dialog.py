@@ -66,8 +66,8 @@ class PreferencesValues:
 SPECIAL_MIN = {"pool_gib": "auto", "static_slots": "auto (half)", "kv_ring": "off", "refresh_every": "frozen",
                "cpu_threads": "auto", "ram_budget_gib": "auto", "mlock_gib": "off"}
 # The fields a preset sets; the rest (threads, context, RAM) stay as the user chose them.
-PROFILE_FIELDS = ("vram_budget_gib", "pool_gib", "static_slots", "scratch_slots", "kv_ring", "refresh_every",
-                  "refresh_m", "prefill_weight")
+PROFILE_FIELDS = ("vram_budget_gib", "pool_gib", "static_slots", "scratch_slots", "lookahead_slots", "kv_ring",
+                  "refresh_every", "refresh_m", "prefill_weight")
 
 # (field, label, explanation, kind, min, max, step/decimals)
 ENGINE_FIELDS: list[tuple[str, str, str, str, float, float, float]] = [
@@ -79,6 +79,8 @@ ENGINE_FIELDS: list[tuple[str, str, str, str, float, float, float]] = [
      "int", -1, 100000, 1),
     ("scratch_slots", "Scratch slots", "Slots that stage non-resident experts for long prompts on the GPU.",
      "int", 0, 64, 1),
+    ("lookahead_slots", "Lookahead slots", "More scratch slots: a prompt copies the next layer's experts while a layer "
+     "finishes (faster first token; taken from the pool, Linux only).", "int", 0, 64, 1),
     ("kv_ring", "K/V ring (tokens)", "Sliding-window layers keep only this many tokens of K/V; 0 = full context.",
      "int", 0, 131072, 1),
     ("refresh_every", "Refresh every (tokens)", "How often adaptive slots are re-chosen in decode; 0 freezes them.",

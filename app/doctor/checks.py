@@ -55,6 +55,7 @@ class Plan:
     engine_ram_bytes: int  # embeddings (and on the CPU engine the dense core and K/V)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    scratch: int = 0  # scratch slots in the pool, the prompt lookahead's included
 
 
 def gib(n: float) -> str:
@@ -189,13 +190,13 @@ def make_plan(cfg: ModelConfig, settings: EngineSettings, gpu_usable: bool,
     store_ram = int((e.total_experts - e.static) * per_expert)
     return Plan(e.gpu, int(settings.vram_budget_gib * GIB), e.vram_total, e.pool_bytes, e.expert_bytes, e.slots,
                 e.static, e.adaptive, e.ram_total, store_ram, e.ram_total - e.ram_experts_bytes,
-                list(e.errors), list(e.warnings))
+                list(e.errors), list(e.warnings), e.vram.n_scratch if e.vram else 0)
 
 
 def check_settings(plan: Plan, settings: EngineSettings) -> list[Check]:
     if plan.gpu:
         line = (f"VRAM budget {settings.vram_budget_gib:g} GiB → pool {gib(plan.pool_bytes)} = {plan.slots} expert "
-                f"slots ({plan.static} static, {plan.adaptive} adaptive) + {settings.scratch_slots} scratch at "
+                f"slots ({plan.static} static, {plan.adaptive} adaptive) + {plan.scratch} scratch at "
                 f"{plan.expert_bytes / 2**20:.1f} MiB per expert; VRAM in use ≈ {gib(plan.vram_bytes)}; "
                 f"context {settings.context}, K/V ring {settings.kv_ring}")
     else:

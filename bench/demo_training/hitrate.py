@@ -38,7 +38,8 @@ SCRATCH_SLOTS = EngineSettings().scratch_slots
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 BENCH_NAME = re.compile(r"^(?P<label>.+)--slots(?P<slots>\d+)--static(?P<static>-?\d+)\.json$")
 # "GPU backend: budget ... (16 slots: 8 static, 8 adaptive; 6 scratch)" (engine/gpu/backend.py, NEURAL_LOG=INFO)
-PLAN_LINE = re.compile(r"GPU backend: .*\((\d+) slots: (\d+) static, (\d+) adaptive; (\d+) scratch\)")
+PLAN_LINE = re.compile(r"GPU backend: .*\((\d+) slots: (\d+) static, (\d+) adaptive; (\d+) scratch"
+                       r"(?:, \d+ of them lookahead)?\)")
 
 
 # ---- the random twin ------------------------------------------------------------------------------
@@ -95,17 +96,22 @@ def planned_slots(cfg: ModelConfig, s: EngineSettings) -> tuple[int, int]:
     return plan.n_slots, plan.n_static
 
 
-def pool_gib_for(cfg: ModelConfig, slots: int, static_slots: int = -1, scratch_slots: int = SCRATCH_SLOTS) -> str:
+def pool_gib_for(cfg: ModelConfig, slots: int, static_slots: int = -1,
+                 scratch_slots: int = SCRATCH_SLOTS) -> str:
     """``pool_gib`` (as text for ``--set pool_gib=``) that plans exactly ``slots`` expert slots
-    next to ``scratch_slots`` scratch slots: half a slot above the boundary, so the engine's
-    ``int(pool_gib * GiB) // slot_bytes`` lands on it whatever the float rounding."""
+    next to ``scratch_slots`` scratch slots and the default lookahead slots: half a slot above the
+    boundary, so the engine's ``int(pool_gib * GiB) // slot_bytes`` lands on it whatever the float
+    rounding."""
     from engine.gpu.layout import ExpertLayout
 
     if not cfg.num_experts_per_tok <= slots <= cfg.num_hidden_layers * cfg.num_local_experts:
         raise ValueError(f"{slots} slots: need between top-k ({cfg.num_experts_per_tok}) and all "
                          f"{cfg.num_hidden_layers * cfg.num_local_experts} experts")
+    from engine.plan import planned_lookahead
+
     sb = ExpertLayout.for_config(cfg).slot_bytes
-    text = repr((slots + scratch_slots + 0.5) * sb / GIB)
+    ahead = planned_lookahead(bench_settings(scratch_slots=scratch_slots))  # the engine's default lookahead
+    text = repr((slots + scratch_slots + ahead + 0.5) * sb / GIB)
     got, _static = planned_slots(cfg, bench_settings(pool_gib=float(text), static_slots=static_slots,
                                                      scratch_slots=scratch_slots))
     if got != slots:

@@ -76,7 +76,8 @@ class GpuBackend:
         cfg = ck.config
         self.ck = ck
         self.settings = settings
-        self.plan = plan_vram(cfg, settings)  # engine/plan.py: what Preferences and doctor show
+        # engine/plan.py: what Preferences and doctor show (on CUDA: the lookahead slots too)
+        self.plan = plan_vram(cfg, settings, cuda=device.type == "cuda")
         self.core = GpuCore(ck, self.plan, settings.context, settings.kv_ring, device, interpret=interpret,
                             progress=progress)
         adm = AdmissionSettings(settings.refresh_every, settings.refresh_m, settings.prefill_weight,
@@ -199,7 +200,7 @@ class GpuBackend:
         from .budget import PlanError, plan_vram
 
         try:
-            plan = plan_vram(ck.config, settings)
+            plan = plan_vram(ck.config, settings, cuda=device.type == "cuda")
         except PlanError as exc:
             raise GpuUnavailable(str(exc)) from exc
         if device.type == "cuda":

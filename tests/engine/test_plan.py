@@ -12,21 +12,25 @@ from engine.synth import PRESETS
 CFG_120B = ModelConfig.from_dict(PRESETS["120b-shape"].config_dict())
 
 
-def test_default_settings_give_the_engine_548_slots_at_12_gib():
-    # CALCULATED: the number the GPU backend logs at the defaults (workspace and scratch included)
-    p = plan_vram(CFG_120B, EngineSettings())
-    assert (p.n_slots, p.n_static, p.n_scratch) == (548, 274, 6)
+@pytest.mark.parametrize(("direct", "slots", "scratch"), [("off", 548, 6), ("on", 520, 34)])
+def test_default_settings_give_the_engine_548_slots_at_12_gib(direct, slots, scratch):
+    # CALCULATED: the number the GPU backend logs at the defaults (workspace and scratch included);
+    # where experts are copied straight from the mapping, 28 of the scratch slots are the lookahead's
+    s = EngineSettings(stage_direct=direct)
+    p = plan_vram(CFG_120B, s)
+    assert (p.n_slots, p.n_static, p.n_scratch, p.n_ahead) == (slots, slots // 2, scratch, scratch - 6)
     assert p.workspace == workspace_bytes(CFG_120B, 16384, 4096) > 0.8 * GIB
     assert p.total <= 12 * GIB < p.total + p.slot_bytes
-    e = estimate(CFG_120B, EngineSettings(), True)
-    assert (e.slots, e.static, e.vram_total) == (548, 274, p.total) and not e.errors
-    assert "548 expert slots" in e.summary()
+    e = estimate(CFG_120B, s, True)
+    assert (e.slots, e.static, e.vram_total) == (slots, slots // 2, p.total) and not e.errors
+    assert f"{slots} expert slots" in e.summary()
 
 
 def test_original_pool_gives_430_slots_and_4178_cpu_experts():
     # Design doc: 5.5 GiB pool -> 430 usable slots (250 static) + 16 scratch; 4,178 experts on the
     # CPU side; dense core about 2.9 GiB; K/V 1.1 GiB at 16,384 tokens without a ring.
-    e = estimate(CFG_120B, EngineSettings(pool_gib=5.5, scratch_slots=16, static_slots=250, kv_ring=0), True)
+    e = estimate(CFG_120B, EngineSettings(pool_gib=5.5, scratch_slots=16, static_slots=250, kv_ring=0,
+                                          lookahead_slots=0), True)
     assert (e.slots, e.static, e.adaptive, e.vram.n_scratch) == (430, 250, 180, 16)
     assert e.total_experts - e.slots == 4178
     assert e.vram.dense / GIB == pytest.approx(2.9, abs=0.05)
@@ -35,7 +39,7 @@ def test_original_pool_gives_430_slots_and_4178_cpu_experts():
 
 
 def test_optimized_profile_frees_kv_and_adds_slots():
-    base = estimate(CFG_120B, EngineSettings(pool_gib=5.5, scratch_slots=16, kv_ring=0), True)
+    base = estimate(CFG_120B, EngineSettings(pool_gib=5.5, scratch_slots=16, kv_ring=0, lookahead_slots=0), True)
     opt = estimate(CFG_120B, OPTIMIZED, True)
     assert (base.kv_bytes - opt.kv_bytes) / GIB == pytest.approx(0.55, abs=0.02)
     assert opt.slots > base.slots + 45
@@ -61,7 +65,7 @@ def test_refusals_name_the_numbers():
     cpu = estimate(CFG_120B, EngineSettings(), gpu_present=False)
     assert not cpu.gpu and cpu.slots == 0 and "No CUDA GPU" in cpu.summary()
     assert cpu.ram_experts_bytes == 4608 * CFG_120B.expert_bytes()
-    assert cpu.if_gpu is not None and cpu.if_gpu.slots == 548
+    assert cpu.if_gpu is not None and cpu.if_gpu.slots == plan_vram(CFG_120B, EngineSettings()).n_slots
 
 
 def test_machine_limits_refuse_what_this_machine_cannot_do():

@@ -122,7 +122,8 @@ def test_dialog_shows_the_engines_plan_for_several_shapes_and_settings(qtbot, tm
             assert f"pool {fmt(plan.pool)}" in text and f"prompt workspace {fmt(plan.workspace)}" in text
         if preset == "120b-shape":
             d.restore_defaults()
-            assert "548 expert slots (274 static" in d.estimate_label.text()  # the engine's default plan
+            default = plan_vram(cfg, EngineSettings())  # 548 slots, 520 where the lookahead's 28 are planned
+            assert f"{default.n_slots} expert slots ({default.n_static} static" in d.estimate_label.text()
 
 
 def test_refusals_explain_out_of_range_and_machine_limits(qtbot, tmp_path, tiny_model):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ import numpy as np
 import torch
 
 from ...checkpoint import Checkpoint
-from ...plan import SLOT_PARTS
+from ...plan import SLOT_PARTS, direct_copies_possible
 from .. import cudart
 from ..layout import ExpertLayout
 
@@ -52,12 +51,10 @@ def auto_budget(mode: str) -> int:
     """Bytes the registration may lock: "off" none; "on" no limit; "auto" the machine's RAM less
     ``HEADROOM`` on Linux, none elsewhere (never measured on Windows, where file mappings and
     page-locking work differently)."""
-    if mode == "off":
+    if not direct_copies_possible(mode):
         return 0
     if mode == "on":
         return 1 << 62
-    if not sys.platform.startswith("linux"):
-        return 0
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):

@@ -34,6 +34,7 @@ from .cpu_groups import CpuGroups
 from .direct import MappedExperts, plan_copies, run_copies
 from .grouping import LayerPlan, plan_layer
 from .launch import PrefillKernels
+from .lookahead import Lookahead, choose_ahead, with_ahead
 from .split import SplitModel
 from .staging import StagingRing
 from .stats import GpuTimer, PrefillStats
@@ -57,7 +58,12 @@ class PromptExperts:
         self.timer = timer
         self.cuda = bool(core.cuda)
         self.dev = core.dev
-        self.n_scratch = core.plan.n_scratch if ring is not None else 0
+        # the plan's last n_ahead scratch slots take the next layer's experts (lookahead.py); the
+        # others hold the waves' staged experts
+        n_ahead = min(getattr(core.plan, "n_ahead", 0), core.plan.n_scratch - 1) if ring is not None else 0
+        self.n_scratch = core.plan.n_scratch - max(n_ahead, 0) if ring is not None else 0
+        first = core.plan.n_slots + self.n_scratch
+        self.ahead = Lookahead(list(range(first, first + max(n_ahead, 0))) if self.cuda else [])
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="neural-prompt-cpu")
         self.copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
         self.slot_free: dict[int, Any] = {}  # scratch slot -> event after the last GEMM that read it
@@ -196,6 +202,39 @@ class PromptExperts:
         self.stats.staged_experts += 1
         self.stats.staged_bytes += self.core.layout.payload_bytes
 
+    # ---- the next layer's experts, ahead of its routing (lookahead.py) ----------------------------
+    def begin(self, tokens: int, history: np.ndarray | None) -> None:
+        """A prompt of ``tokens`` starts; ``history``: the previous prompt's pairs [layers, experts]."""
+        self.ahead.begin(tokens, self.cfg.num_experts_per_tok, self.cfg.num_local_experts, history)
+
+    def stage_ahead(self, layer: int) -> None:
+        """Queue copies of some of ``layer``'s non-resident experts into the lookahead slots, on the
+        copy stream after everything queued there (the current layer's copies), once the GEMMs
+        that read the slots' previous experts are done."""
+        la = self.ahead
+        if (not la.active or self.direct is None or self.copy_stream is None or layer >= self.cfg.num_hidden_layers
+                or not self.direct.ready(layer)):
+            return
+        chosen = choose_ahead(self.core.np_table[layer], la.slots, la.history_row(layer))
+        if not chosen:
+            return
+        experts, slots = list(chosen), list(chosen.values())
+        with torch.cuda.stream(self.copy_stream):
+            if la.read is not None:
+                self.copy_stream.wait_event(la.read)
+            begin = self.timer.start(self.copy_stream)
+            run_copies(self.direct, self.core.pool,
+                       plan_copies(self.direct, layer, experts, slots, self.core.plan.slot_bytes))
+            self.timer.stop("copies_ahead", begin, self.copy_stream)
+            done = torch.cuda.Event()
+            done.record(self.copy_stream)
+        la.layer, la.experts, la.copied = layer, chosen, done
+        n = len(chosen)
+        self.stats.ahead_experts += n
+        self.stats.direct_experts += n
+        self.stats.staged_experts += n
+        self.stats.staged_bytes += n * self.core.layout.payload_bytes
+
     # ---- one layer ---------------------------------------------------------------------------
     def run(self, layer: int, t: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         """t [N, H] bf16 (normalized hidden), ids [N, k], w [N, k] bf16 routing.
@@ -209,7 +248,10 @@ class PromptExperts:
         t0 = time.perf_counter()
         waited0 = self.stats.stage_wait
         counts = np.bincount(flat_h, minlength=cfg.num_local_experts)
-        table_row = self.core.np_table[layer]
+        ahead = self.ahead.take(layer)  # staged during the previous layer: read like resident experts
+        table_row = with_ahead(self.core.np_table[layer], ahead)
+        used_ahead = sum(1 for e in ahead if counts[e] > 0)
+        self.stats.ahead_used += used_ahead
         cpu_set = None
         direct = self.cuda and self.direct is not None and self.n_scratch > 0 and self.direct.ready(layer)
         if self.split is not None:
@@ -226,7 +268,7 @@ class PromptExperts:
             assert self.ring is not None
             self.ring.submit(layer, plan.staged)
         cpu_job = self._start_cpu(layer, plan, flat_h, w_flat_h, t)
-        self.stats.resident_experts += len(plan.resident)
+        self.stats.resident_experts += len(plan.resident) - used_ahead
         contrib = torch.empty((n * topk, cfg.hidden_size), dtype=torch.bfloat16, device=self.dev)
         if plan.waves:
             tiles = torch.from_numpy(plan.tiles).to(self.dev)
@@ -234,6 +276,8 @@ class PromptExperts:
             act = torch.empty((min(self.max_rows, n * topk), cfg.intermediate_size), dtype=torch.bfloat16,
                               device=self.dev)
             staged_in = 0
+            if ahead and self.ahead.copied is not None:
+                torch.cuda.current_stream(self.dev).wait_event(self.ahead.copied)
             for i, wave in enumerate(plan.waves):
                 if direct and staged_in <= wave.needs:  # the wave's experts, straight from the mapping
                     self._stage_direct(layer, plan.staged[staged_in : wave.needs + 1],
@@ -243,11 +287,15 @@ class PromptExperts:
                     self._stage_in(layer, staged_in, plan.staged[staged_in], plan.staged_slots[staged_in])
                     staged_in += 1
                 self._launch_wave(plan, i, tiles, t, order, w_flat, act, contrib)
+                if ahead and wave.needs < 0 and (i + 1 == len(plan.waves) or plan.waves[i + 1].needs >= 0):
+                    self.ahead.read = torch.cuda.Event()  # the slot-table waves come first and read the slots
+                    self.ahead.read.record()
                 if wave.frees and self.cuda:
                     ev = torch.cuda.Event()
                     ev.record()
                     for j in wave.frees:
                         self.slot_free[plan.staged_slots[j]] = ev
+        self.stage_ahead(layer + 1)  # the copy engine would idle from here to the next layer's routing
         self.stats.launch += time.perf_counter() - t0 - (self.stats.stage_wait - waited0)
         self._finish_cpu(cpu_job, contrib)
         return contrib, ids_h

@@ -148,6 +148,8 @@ class PrefillRunner:
         ring0 = (self.ring.pack_seconds, self.ring.event_wait_seconds) if self.ring is not None else (0.0, 0.0)
         blocks = [(b0, min(n, b0 + block)) for b0 in range(0, n, block)]
         stats.blocks = len(blocks)
+        self.experts.begin(n, self.last.counts if self.last is not None else None)
+        self.experts.stage_ahead(0)  # layer 0's copies overlap the embedding and its dense work
         x = self._embed(ids)
         positions = torch.arange(start, start + n, device=core.dev)
         routing = np.zeros((n, layers, topk), dtype=np.int16)
@@ -233,6 +235,7 @@ class PrefillRunner:
             self.ring = self._make_ring()
         self.experts.ring = self.ring
         self.experts.slot_free.clear()
+        self.experts.ahead.reset()
 
     def close(self) -> None:
         if self.ring is not None:

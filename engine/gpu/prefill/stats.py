@@ -74,6 +74,8 @@ class PrefillStats:
     staged_experts: int = 0
     staged_bytes: int = 0
     direct_experts: int = 0  # of the staged: copied straight from the registered mapping (direct.py)
+    ahead_experts: int = 0  # of the direct: copied during the previous layer (lookahead.py)
+    ahead_used: int = 0  # of those: experts the routing then used
     cpu_experts: int = 0
     cpu_rows: int = 0
     split: dict[str, float] = field(default_factory=dict)  # lanes observed vs predicted (split.py)
@@ -94,7 +96,8 @@ class PrefillStats:
         return (f"{self.tokens} tokens in {self.wall:.3f} s ({self.tokens_per_s:.0f} tok/s): GPU gemm "
                 f"{g.get('gemm', 0):.3f} s, attention {g.get('attention', 0):.3f} s, dense {g.get('dense', 0):.3f} s, "
                 f"staging copies {g.get('copies', 0):.3f} s ({self.staged_experts} experts, "
-                f"{self.staged_bytes / 1e9:.2f} GB, {self.direct_experts} direct), pack {self.pack:.3f} s, "
+                f"{self.staged_bytes / 1e9:.2f} GB, {self.direct_experts} direct, {self.ahead_experts} ahead "
+                f"({self.ahead_used} used), {g.get('copies_ahead', 0):.3f} s), pack {self.pack:.3f} s, "
                 f"stage wait {self.stage_wait:.3f} s, "
                 f"CPU jobs {self.cpu_jobs:.3f} s ({self.cpu_experts} experts, waited {self.cpu_wait:.3f} s), "
                 f"routing sync {self.routing_sync:.3f} s, launch {self.launch:.3f} s")

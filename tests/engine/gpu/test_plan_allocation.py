@@ -22,8 +22,10 @@ def test_backend_allocates_the_planned_pool_and_kv(tmp_path):
     ck = Checkpoint.open(write_synthetic_checkpoint(tmp_path, PRESETS["tiny"], seed=3))
     cfg = ck.config
     sb = slot_bytes(cfg)
+    # stage_direct off: Preferences plans the lookahead slots for a CUDA card on Linux, which the
+    # interpreted backend (no CUDA copies) does not reserve
     s = EngineSettings(context=64, kv_ring=16, pool_gib=(10 + 2) * sb / 2**30, scratch_slots=2, static_slots=3,
-                       refresh_every=0, cpu_threads=2)
+                       refresh_every=0, cpu_threads=2, stage_direct="off")
     b = GpuBackend.create(ck, s, interpret=True, prefer_native=False, hot_set_file=None)
     try:
         e = estimate(cfg, s, True)  # what Preferences shows
