@@ -1,9 +1,12 @@
-"""Direct copies change no bits (GPU machine): ``python3 -m bench.gpu.direct_check CKPT [TOKENS]``.
+"""Direct copies and the lookahead change no bits (GPU machine):
+``python3 -m bench.gpu.direct_check CKPT [TOKENS]``.
 
-Loads the GPU backend once (12 GiB, 8 threads, frozen residency, the fixed split, which does not
-depend on how experts are staged), waits for the checkpoint's registration, then runs the same
-prompt through the prompt path with direct copies and with the packing ring, twice each in
-mirrored order, and prints whether the last-token logits are bit-identical and each run's time.
+Loads the GPU backend once (12 GiB, 8 threads, frozen residency, the fixed split with no CPU
+experts, so every non-resident expert goes to the GPU however it is staged), waits for the
+checkpoint's registration, then runs the same prompt with direct copies, with direct copies and
+the next layer's experts staged ahead into the lookahead slots (lookahead.py), and through the
+packing ring, twice each in mirrored order, and prints whether the last-token logits are
+bit-identical and each run's time.
 """
 
 from __future__ import annotations
@@ -41,8 +44,11 @@ def main(argv: list[str] | None = None) -> int:
                               "error": direct.error, "tokens": n, "runs": [],
                               "cudart_2d_copies": cudart.runtime() is not None}
     logits: dict[str, torch.Tensor] = {}
-    for name in ("direct", "ring", "ring", "direct"):
-        runner.experts.direct = direct if name == "direct" else None
+    runner.experts.cpu_max = 0  # the CPU computes nothing: which device computes an expert changes bits
+    out["ahead_slots"] = len(runner.experts.ahead.slots)
+    for name in ("direct", "ahead", "ring", "ring", "ahead", "direct"):
+        runner.experts.direct = None if name == "ring" else direct
+        runner.experts.ahead.enabled = name == "ahead" and bool(runner.experts.ahead.slots)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         got = runner.run(ids, 0)
@@ -50,16 +56,18 @@ def main(argv: list[str] | None = None) -> int:
         st = runner.last.stats if runner.last is not None else None
         out["runs"].append({"path": name, "s": dt, "direct_experts": st.direct_experts if st else None,
                             "staged": st.staged_experts if st else None, "cpu": st.cpu_experts if st else None,
+                            "ahead": st.ahead_experts if st else None, "ahead_used": st.ahead_used if st else None,
                             "summary": st.summary() if st else ""})
         if name in logits:
             out[f"{name}_repeat_identical"] = bool(torch.equal(logits[name], got))
         logits[name] = got
     out["direct_vs_ring_identical"] = bool(torch.equal(logits["direct"], logits["ring"]))
+    out["ahead_vs_direct_identical"] = bool(torch.equal(logits["ahead"], logits["direct"]))
     out["max_abs_diff"] = float((logits["direct"] - logits["ring"]).abs().max())
     runner.experts.direct = direct
     be.close()
     print(json.dumps(out, indent=1))
-    return 0 if out["direct_vs_ring_identical"] else 1
+    return 0 if out["direct_vs_ring_identical"] and out["ahead_vs_direct_identical"] else 1
 
 
 if __name__ == "__main__":

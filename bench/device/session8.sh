@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Session 8's GPU-machine call for time to first token (repo root, carry [".whl", ".o200k"]), 36
+# layers, 12 GiB, 8 threads, each run set a fresh process:
+#   1. bits: direct copies, direct + lookahead, packing ring, mirrored, no CPU experts (bench.gpu.direct_check)
+#   2. the lookahead A/B, 600 tokens + a 600-token follow-up, --warmup 0, in the order
+#      A B D C C D B A: A lookahead_slots=0 (session 7), B the default (16), D 28 slots,
+#      C the default with prompt_cpu_share=0.9
+#   3. the default at 3,000 and 13,000 (+ follow-ups)
+#   4. the shipped 13k coding conversation through `neural serve` (real tokenizer; access log: prompt_s)
+#   5. (PARTS=inproc) the lookahead / CPU share A/B inside one process (bench.gpu.lookahead_ab: the
+#      process-to-process spread of call 1 was larger than the effect), INPROC_CONFIGS
+# PARTS (default check,ab,long,replay) picks the steps; AB_SETS overrides the A/B order. Results in
+# $OUT as one results.tgz (the device returns at most 8 files); the tables print last.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+# shellcheck source=bench/device/env.sh
+. bench/device/env.sh
+export NEURAL_O200K_DIR=$PWD/.o200k NEURAL_CACHE_DIR=/tmp/neural-s8-cache
+CK=/dev/shm/neural-s8/uniform
+synth_120b "$CK"
+LOG=$OUT/final.log
+PARTS=${PARTS:-check,ab,long,replay}
+has() { [[ ",$PARTS," == *",$1,"* ]]; }
+echo "synth done ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
+if has check; then
+  timeout 150 "$PY" -m bench.gpu.direct_check "$CK" 600 >"$OUT/direct_check.txt" 2>>"$LOG" || echo "direct_check exited $?" | tee -a "$LOG"
+  grep -E "identical|layers_ready|cudart|ahead_slots|\"s\"" "$OUT/direct_check.txt"
+fi
+gpu() { bench_run "$1" "$2" "$LOG" "${@:3}" --backend gpu --budget-gib 12 --threads 8; }
+set_of() {  # the --set flags of an A/B configuration
+  case $1 in
+    A) echo "--set lookahead_slots=0" ;;
+    B) echo "" ;;
+    D) echo "--set lookahead_slots=28" ;;
+    C) echo "--set prompt_cpu_share=0.9" ;;
+  esac
+}
+i=0
+if has ab; then
+  for cfg in ${AB_SETS:-A B D C C D B A}; do
+    i=$((i + 1))
+    # shellcheck disable=SC2046  # the flags are words
+    gpu "ab-$i-$cfg" 45 prompt "$CK" --tokens 600 --repeats 2 --followup 600 --warmup 0 $(set_of "$cfg")
+  done
+fi
+has long && gpu long-3k 45 prompt "$CK" --tokens 3000 --repeats 2 --followup 600 --warmup 0
+has long && gpu long-13k 50 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0
+if has inproc; then
+  echo "== inproc ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
+  timeout 300 "$PY" -m bench.gpu.lookahead_ab "$CK" --rounds "${INPROC_ROUNDS:-4}" \
+    --configs "${INPROC_CONFIGS:-0,16,28,16@0.9,28@0.9,0@0.9}" --json >"$OUT/lookahead_ab.txt" 2>>"$LOG" \
+    || echo "lookahead_ab exited $?" | tee -a "$LOG"
+  "$PY" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(r['plan']); print('load', round(r['load_s'], 1), 'layers ready', r['layers_ready'], r['calibration'])
+for k in sorted(r['summary']):
+    v = r['summary'][k]; print(f\"{k:24s} median {v['median']:.3f} mean {v['mean']:.3f} {v['runs']}\")
+" "$OUT/lookahead_ab.txt" 2>&1 | tee "$OUT/inproc.md"
+fi
+has replay && [ "$(left)" -gt 140 ] && serve_replay "$CK" 120 && grep "access" "$OUT/api.log" | sed 's/.*access: //'
+"$PY" -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
+"$PY" - "$OUT" <<'PY' | tee -a "$OUT/table.md"
+import json, pathlib, statistics, sys
+out = pathlib.Path(sys.argv[1])
+keys = ("wall", "gpu_copies", "gpu_copies_ahead", "cpu_jobs", "cpu_wait", "launch", "cpu_experts", "direct_experts",
+        "ahead_experts", "ahead_used", "lane_cpu_observed_s", "lane_cpu_predicted_s")
+by_cfg: dict[str, list[float]] = {}
+for f in sorted(out.glob("*.json"), key=lambda p: p.stat().st_mtime):
+    try:
+        r = json.loads(f.read_text())
+    except ValueError:
+        print(f.name, "unreadable"); continue
+    if "results" not in r:
+        continue
+    print(f.stem, "calibration", {k: round(v, 4) for k, v in r.get("split_calibration", {}).items()})
+    for row in r.get("results", []):
+        fu = row.get("followup") or {}
+        for tag, sp, runs in (("first", row.get("prompt_split", {}), row.get("runs_s", [])),
+                              ("follow", fu.get("prompt_split", {}), fu.get("runs_s", []))):
+            print(f.stem, row["prompt_tokens"], tag, [round(x, 3) for x in runs],
+                  {k: round(sp.get(k, 0), 3) for k in keys})
+            if f.stem.startswith("ab-"):
+                by_cfg.setdefault(f"{f.stem.rsplit('-', 1)[1]} {tag}", []).extend(runs)
+print("\nA/B (600 tokens; A lookahead 0, B default 16, D 28, C 16 + prompt_cpu_share 0.9), seconds:")
+for k in sorted(by_cfg):
+    v = by_cfg[k]
+    print(f"  {k}: runs {[round(x, 3) for x in v]} median {statistics.median(v):.3f} mean {statistics.mean(v):.3f}")
+PY
+echo "done ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
+(cd "$OUT" && tar czf /tmp/results.tgz --exclude=results.tgz . && find . -mindepth 1 -delete && mv /tmp/results.tgz .)
