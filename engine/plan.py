@@ -144,18 +144,19 @@ def plan_vram(cfg: ModelConfig, s: EngineSettings, *, workspace_tokens: int | No
     buffers = buffer_bytes(cfg, s.context)
     ws = workspace_bytes(cfg, s.context if workspace_tokens is None else workspace_tokens, s.prompt_block)
     fixed = dense + kv + buffers + ws + overhead
-    ahead = planned_lookahead(s, cuda)
-    scratch = s.scratch_slots + ahead
     total = cfg.num_hidden_layers * cfg.num_local_experts
-    for _ in range(2):
+
+    def slots_beside(scratch: int) -> tuple[int, int]:
+        """(bytes left for the pool's slots, slots planned) next to ``scratch`` scratch slots."""
         room = budget - fixed - scratch * sb
-        if s.pool_gib > 0:
-            n_slots = int(s.pool_gib * GIB) // sb - scratch
-        else:
-            n_slots = max(room, 0) // sb
-        if not ahead or n_slots < total:
-            break
-        scratch, ahead = scratch - ahead, 0  # every expert resident: nothing to stage ahead
+        return room, int(s.pool_gib * GIB) // sb - scratch if s.pool_gib > 0 else max(room, 0) // sb
+
+    ahead = planned_lookahead(s, cuda)
+    room, n_slots = slots_beside(s.scratch_slots + ahead)
+    if ahead and n_slots >= total:  # every expert resident: nothing to stage ahead
+        ahead = 0
+        room, n_slots = slots_beside(s.scratch_slots)
+    scratch = s.scratch_slots + ahead
     if s.pool_gib > 0 and n_slots * sb > room:
         raise PlanError(f"expert pool of {s.pool_gib:.2f} GiB does not fit the {s.vram_budget_gib:.2f} GiB VRAM "
                         f"budget next to the core ({fmt(dense)}), K/V ({fmt(kv)}), buffers, prompt workspace "

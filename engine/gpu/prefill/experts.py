@@ -60,10 +60,10 @@ class PromptExperts:
         self.dev = core.dev
         # the plan's last n_ahead scratch slots take the next layer's experts (lookahead.py); the
         # others hold the waves' staged experts
-        n_ahead = min(getattr(core.plan, "n_ahead", 0), core.plan.n_scratch - 1) if ring is not None else 0
-        self.n_scratch = core.plan.n_scratch - max(n_ahead, 0) if ring is not None else 0
+        n_ahead = max(0, min(core.plan.n_ahead, core.plan.n_scratch - 1)) if ring is not None else 0
+        self.n_scratch = core.plan.n_scratch - n_ahead if ring is not None else 0
         first = core.plan.n_slots + self.n_scratch
-        self.ahead = Lookahead(list(range(first, first + max(n_ahead, 0))) if self.cuda else [])
+        self.ahead = Lookahead(list(range(first, first + n_ahead)) if self.cuda else [])
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="neural-prompt-cpu")
         self.copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
         self.slot_free: dict[int, Any] = {}  # scratch slot -> event after the last GEMM that read it
@@ -151,25 +151,29 @@ class PromptExperts:
         stream (one 2-D copy per part and run of consecutive experts: direct.plan_copies), then
         make the compute stream wait for them: one stream switch, one timer and one event per
         wave, since the host's launch work, not the bytes, bounds direct staging."""
+        # each slot's last GEMM must have read it; one wait per distinct event, in slot order
+        waits = {id(ev): ev for ev in (self.slot_free.get(slot) for slot in slots) if ev is not None}
+        done = self._copy_direct(layer, experts, slots, list(waits.values()), "copies")
+        torch.cuda.current_stream(self.dev).wait_event(done)
+
+    def _copy_direct(self, layer: int, experts: list[int], slots: list[int], waits: list[Any], name: str) -> Any:
+        """Queue ``experts``' copies from the registered mapping into ``slots`` on the copy stream,
+        after ``waits``, timed as ``name``; returns the event after them."""
         assert self.direct is not None and self.copy_stream is not None
         with torch.cuda.stream(self.copy_stream):
-            waited: set[int] = set()
-            for slot in slots:
-                prev = self.slot_free.get(slot)
-                if prev is not None and id(prev) not in waited:  # the slot's last GEMM has read it
-                    self.copy_stream.wait_event(prev)
-                    waited.add(id(prev))
+            for ev in waits:
+                self.copy_stream.wait_event(ev)
             begin = self.timer.start(self.copy_stream)
             run_copies(self.direct, self.core.pool,
                        plan_copies(self.direct, layer, experts, slots, self.core.plan.slot_bytes))
-            self.timer.stop("copies", begin, self.copy_stream)
+            self.timer.stop(name, begin, self.copy_stream)
             done = torch.cuda.Event()
             done.record(self.copy_stream)
-        torch.cuda.current_stream(self.dev).wait_event(done)
         n = len(experts)
         self.stats.direct_experts += n
         self.stats.staged_experts += n
         self.stats.staged_bytes += n * self.core.layout.payload_bytes
+        return done
 
     def _stage_in(self, layer: int, i: int, e: int, slot: int) -> None:
         """Take expert ``e``'s packed buffer from the ring and copy it into scratch ``slot``; the
@@ -218,22 +222,10 @@ class PromptExperts:
         chosen = choose_ahead(self.core.np_table[layer], la.slots, la.history_row(layer))
         if not chosen:
             return
-        experts, slots = list(chosen), list(chosen.values())
-        with torch.cuda.stream(self.copy_stream):
-            if la.read is not None:
-                self.copy_stream.wait_event(la.read)
-            begin = self.timer.start(self.copy_stream)
-            run_copies(self.direct, self.core.pool,
-                       plan_copies(self.direct, layer, experts, slots, self.core.plan.slot_bytes))
-            self.timer.stop("copies_ahead", begin, self.copy_stream)
-            done = torch.cuda.Event()
-            done.record(self.copy_stream)
-        la.layer, la.experts, la.copied = layer, chosen, done
-        n = len(chosen)
-        self.stats.ahead_experts += n
-        self.stats.direct_experts += n
-        self.stats.staged_experts += n
-        self.stats.staged_bytes += n * self.core.layout.payload_bytes
+        waits = [la.read] if la.read is not None else []  # the GEMMs that read the slots' last experts
+        la.copied = self._copy_direct(layer, list(chosen), list(chosen.values()), waits, "copies_ahead")
+        la.layer, la.experts = layer, chosen
+        self.stats.ahead_experts += len(chosen)
 
     # ---- one layer ---------------------------------------------------------------------------
     def run(self, layer: int, t: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
