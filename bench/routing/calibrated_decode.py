@@ -24,27 +24,29 @@ from typing import Any
 import numpy as np
 
 
-def run(a: argparse.Namespace) -> dict[str, Any]:
-    from engine.gpu.admission import AdmissionSettings
-    from engine.session import Engine
-    from engine.settings import EngineSettings
+def load_calibrated(a: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(CalibratedTables, SynthShape, EngineSettings) of ``a.ckpt`` and the command line (its
+    ``--set`` parsed as ``neural bench`` parses it); ValueError unless the routing is calibrated."""
+    from app.cli.cmd_bench import engine_settings
     from engine.synth import SynthShape, read_synthetic_meta, source_routing
-    from engine.synth.calibrated import CalibratedTables, calibrated_text, designed_trace
-
-    from .policy_replay import replay_policy
+    from engine.synth.calibrated import CalibratedTables
 
     meta = read_synthetic_meta(Path(a.ckpt))
     if source_routing(meta).mode != "calibrated":
         raise ValueError(f"{a.ckpt} has {source_routing(meta).mode} routing; write one with --routing calibrated")
     shape = SynthShape(**meta["shape"])
-    tables = CalibratedTables(int(meta["seed"]), shape)
+    return CalibratedTables(int(meta["seed"]), shape), shape, engine_settings(a)
+
+
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    from engine.gpu.admission import AdmissionSettings
+    from engine.session import Engine
+    from engine.synth.calibrated import calibrated_text, designed_trace
+
+    from .policy_replay import replay_policy
+
+    tables, shape, settings = load_calibrated(a)
     ids = calibrated_text(tables, a.depth + a.tokens)
-    extra = dict(kv.split("=", 1) for kv in a.set)
-    types = {"pool_gib": float, "static_slots": int, "refresh_every": int, "refresh_m": int, "prefill_weight": float,
-             "kv_ring": int, "scratch_slots": int}
-    base: dict[str, Any] = {"backend": a.backend, "cpu_threads": a.threads, "vram_budget_gib": a.budget_gib,
-                            "context": a.context, **{k: types.get(k, str)(v) for k, v in extra.items()}}
-    settings = EngineSettings.from_dict(base)
     engine: Any = None
     t0 = time.perf_counter()
     if a.interpret:  # the GPU backend's kernels on the CPU (TRITON_INTERPRET=1): tests only
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="engine setting (repeatable)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--interpret", action="store_true", help="the GPU backend under the Triton interpreter (tests)")
+    p.set_defaults(dtype="bfloat16")  # engine_settings reads it
     a = p.parse_args(argv)
     if a.depth < 64 or a.tokens < 1:
         p.error("--depth must be >= 64 (the static hot set is ranked after 64 tokens) and --tokens >= 1")

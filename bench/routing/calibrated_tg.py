@@ -26,32 +26,21 @@ import contextlib
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-TYPES = {"pool_gib": float, "static_slots": int, "refresh_every": int, "refresh_m": int, "prefill_weight": float,
-         "kv_ring": int, "scratch_slots": int}
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from engine.session import Engine
-    from engine.settings import EngineSettings
-    from engine.synth import SynthShape, read_synthetic_meta, source_routing
-    from engine.synth.calibrated import CalibratedTables, calibrated_text, designed_trace
+    from engine.synth.calibrated import calibrated_text, designed_trace
 
-    meta = read_synthetic_meta(Path(a.ckpt))
-    if source_routing(meta).mode != "calibrated":
-        raise ValueError(f"{a.ckpt} has {source_routing(meta).mode} routing; write one with --routing calibrated")
-    tables = CalibratedTables(int(meta["seed"]), SynthShape(**meta["shape"]))
+    from .calibrated_decode import load_calibrated
+
+    tables, _shape, settings = load_calibrated(a)
     ids = calibrated_text(tables, a.depth + a.warmup + a.tokens).tolist()
-    extra = dict(kv.split("=", 1) for kv in a.set)
-    settings = EngineSettings.from_dict({"backend": a.backend, "cpu_threads": a.threads, "context": a.context,
-                                         "vram_budget_gib": a.budget_gib,
-                                         **{k: TYPES.get(k, str)(v) for k, v in extra.items()}})
     t0 = time.perf_counter()
     engine = Engine.load(a.ckpt, settings)
     be: Any = engine.backend  # GpuBackend or ReferenceBackend: decoder, plan, forward_device are the GPU's
@@ -94,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=8)
     p.add_argument("--context", type=int, default=16384)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="engine setting (repeatable)")
+    p.set_defaults(dtype="bfloat16")  # engine_settings reads it
     a = p.parse_args(argv)
     if a.depth < 64 or a.warmup < 1 or a.tokens < 1:
         p.error("--depth must be >= 64 (the static hot set is ranked after 64 tokens), --warmup and --tokens >= 1")
