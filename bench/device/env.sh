@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the device scripts (repo root, device tool, carry [".whl"]): install the Python
 # wheels carried in .whl/ (cffi, pycparser, platformdirs: the device image lacks them) into
 # /tmp/site, put the repo on PYTHONPATH and build the native CPU expert kernel in place.
@@ -29,6 +30,15 @@ bench_run() {
   [ "$t" -gt "$l" ] && t=$l
   echo "== $name ($(( $(date +%s) - T0 )) s)" | tee -a "$logf"
   timeout "$t" "$PY" -m app.cli.main bench "$@" --json >"$OUT/$name.json" 2>>"$logf" || echo "$name exited $?" | tee -a "$logf"
+}
+# part STEP: whether STEP is in the comma list $PARTS (the call scripts' step switch)
+part() { [[ ",${PARTS:-}," == *",$1,"* ]]; }
+# direct_check CKPT TIMEOUT LOG: bench.gpu.direct_check on a 600-token prompt into $OUT/direct_check.txt,
+# its verdicts printed (bit identity of direct copies, the lookahead and the ring)
+direct_check() {
+  timeout "$2" "$PY" -m bench.gpu.direct_check "$1" 600 >"$OUT/direct_check.txt" 2>>"$3" \
+    || echo "direct_check exited $?" | tee -a "$3"
+  grep -E "identical|layers_ready|cudart|ahead_slots|\"s\"" "$OUT/direct_check.txt"
 }
 # serve_replay CKPT TIMEOUT: `neural serve` on CKPT (GPU, 12 GiB, 8 threads, port 8099, access log in
 # $OUT/api.log), the shipped coding conversation replayed through it (`neural bench replay`, JSON in

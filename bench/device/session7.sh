@@ -10,29 +10,25 @@
 # PARTS (default check,ttft,replay,decode,kernel) picks the steps. Results in $OUT (one
 # results.tgz: the device returns at most 8 files); the tables print last.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . bench/device/env.sh
 export NEURAL_O200K_DIR=$PWD/.o200k NEURAL_CACHE_DIR=/tmp/neural-s7-cache
 CK=/dev/shm/neural-s7/uniform
 synth_120b "$CK"
 LOG=$OUT/final.log
 PARTS=${PARTS:-check,ttft,replay,decode,kernel}
-has() { [[ ",$PARTS," == *",$1,"* ]]; }
 echo "synth done ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
-if has check; then
-  timeout 110 "$PY" -m bench.gpu.direct_check "$CK" 600 >"$OUT/direct_check.txt" 2>>"$LOG" || echo "direct_check exited $?" | tee -a "$LOG"
-  grep -E "identical|layers_ready|cudart|\"s\"" "$OUT/direct_check.txt"
-fi
+part check && direct_check "$CK" 110 "$LOG"
 gpu() { bench_run "$1" "$2" "$LOG" "${@:3}" --backend gpu --budget-gib 12 --threads 8; }
-has ttft && gpu ttft-1 80 prompt "$CK" --tokens 600,3000 --repeats 2 --followup 600 --warmup 0
-has ttft && gpu ttft-13k 60 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0
-has replay && [ "$(left)" -gt 140 ] && serve_replay "$CK" 120 && grep "access" "$OUT/api.log" | sed 's/.*access: //'
+part ttft && gpu ttft-1 80 prompt "$CK" --tokens 600,3000 --repeats 2 --followup 600 --warmup 0
+part ttft && gpu ttft-13k 60 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0
+part replay && [ "$(left)" -gt 140 ] && serve_replay "$CK" 120 && grep "access" "$OUT/api.log" | sed 's/.*access: //'
 i=0
-has decode && for tt in 8 16 16 8; do
+part decode && for tt in 8 16 16 8; do
   i=$((i + 1))
   gpu "decode-t$tt-$i" 50 decode "$CK" --tokens 64 --depth 0 --temperature 0 --repeats 2 --warmup 1 --torch-threads "$tt"
 done
-has kernel && [ "$(left)" -gt 40 ] && timeout 35 "$PY" -m app.cli.main bench kernel --threads 8 --seconds 1 --rounds 3 --json \
+part kernel && [ "$(left)" -gt 40 ] && timeout 35 "$PY" -m app.cli.main bench kernel --threads 8 --seconds 1 --rounds 3 --json \
   >"$OUT/kernel.json" 2>>"$LOG"
 "$PY" -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
 "$PY" - "$OUT" <<'PY'

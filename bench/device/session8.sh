@@ -20,12 +20,8 @@ CK=/dev/shm/neural-s8/uniform
 synth_120b "$CK"
 LOG=$OUT/final.log
 PARTS=${PARTS:-check,ab,long,replay}
-has() { [[ ",$PARTS," == *",$1,"* ]]; }
 echo "synth done ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
-if has check; then
-  timeout 150 "$PY" -m bench.gpu.direct_check "$CK" 600 >"$OUT/direct_check.txt" 2>>"$LOG" || echo "direct_check exited $?" | tee -a "$LOG"
-  grep -E "identical|layers_ready|cudart|ahead_slots|\"s\"" "$OUT/direct_check.txt"
-fi
+part check && direct_check "$CK" 150 "$LOG"
 gpu() { bench_run "$1" "$2" "$LOG" "${@:3}" --backend gpu --budget-gib 12 --threads 8; }
 set_of() {  # the --set flags of an A/B configuration
   case $1 in
@@ -36,16 +32,16 @@ set_of() {  # the --set flags of an A/B configuration
   esac
 }
 i=0
-if has ab; then
+if part ab; then
   for cfg in ${AB_SETS:-A B D C C D B A}; do
     i=$((i + 1))
     # shellcheck disable=SC2046  # the flags are words
     gpu "ab-$i-$cfg" 45 prompt "$CK" --tokens 600 --repeats 2 --followup 600 --warmup 0 $(set_of "$cfg")
   done
 fi
-has long && gpu long-3k 45 prompt "$CK" --tokens 3000 --repeats 2 --followup 600 --warmup 0
-has long && gpu long-13k 50 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0
-if has inproc; then
+part long && gpu long-3k 45 prompt "$CK" --tokens 3000 --repeats 2 --followup 600 --warmup 0
+part long && gpu long-13k 50 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0
+if part inproc; then
   echo "== inproc ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
   timeout 300 "$PY" -m bench.gpu.lookahead_ab "$CK" --rounds "${INPROC_ROUNDS:-4}" \
     --configs "${INPROC_CONFIGS:-0,16,28,16@0.9,28@0.9,0@0.9}" --json >"$OUT/lookahead_ab.txt" 2>>"$LOG" \
@@ -58,7 +54,7 @@ for k in sorted(r['summary']):
     v = r['summary'][k]; print(f\"{k:24s} median {v['median']:.3f} mean {v['mean']:.3f} {v['runs']}\")
 " "$OUT/lookahead_ab.txt" 2>&1 | tee "$OUT/inproc.md"
 fi
-has replay && [ "$(left)" -gt 140 ] && serve_replay "$CK" 120 && grep "access" "$OUT/api.log" | sed 's/.*access: //'
+part replay && [ "$(left)" -gt 140 ] && serve_replay "$CK" 120 && grep "access" "$OUT/api.log" | sed 's/.*access: //'
 "$PY" -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
 "$PY" - "$OUT" <<'PY' | tee -a "$OUT/table.md"
 import json, pathlib, statistics, sys
