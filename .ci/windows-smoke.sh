@@ -135,7 +135,10 @@ step "Neural installed under Windows Python from its wheel (the MinGW kernel pac
 (cd "$SRC" && NEURAL_NATIVE_PREBUILT=1 python3 -m pip wheel -q --no-deps -w "$WORK/wheel" .)
 rm -rf "$SRC/build" "$SRC"/*.egg-info
 W=$(ls "$WORK"/wheel/neural-*.whl)
-unzip -l "$W" | grep -q "native/_neural_native.pyd"
+# listed to a file, not piped: under pipefail `grep -q` exits at the first match and unzip dies of
+# SIGPIPE (exit 141), which failed CI once the wheel's listing outgrew the pipe buffer
+unzip -Z1 "$W" >"$WORK/wheel-files.txt"
+grep -qx "native/_neural_native.pyd" "$WORK/wheel-files.txt"
 wpy "${PIP[@]}" install -q --no-warn-script-location --no-index --find-links "$WHEELS" "$(winpath "$W")"
 
 step "installed package: native kernel and Triton kernel sources"
@@ -190,7 +193,7 @@ kernels=$(cd "$BUNDLE/_internal" && find engine/gpu/kernels engine/gpu/prefill/k
 echo "$kernels" | sed 's/^/  ok /'
 for f in "$SRC"/engine/gpu/kernels/*.py "$SRC"/engine/gpu/prefill/kernels/*.py; do
   rel=${f#"$SRC/"}
-  echo "$kernels" | grep -qx "$rel" || { echo "  MISSING $rel"; missing=1; }
+  grep -qx "$rel" <<<"$kernels" || { echo "  MISSING $rel"; missing=1; }
 done
 [ "$missing" = 0 ]
 
