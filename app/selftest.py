@@ -144,8 +144,10 @@ def check_chat_completion(data: dict[str, Any]) -> str:
     if not isinstance(completion, int) or completion <= 0:
         raise SelfTestFailure(f"usage.completion_tokens is {completion!r}, expected a positive count")
     content = msg.get("content") or ""
+    reasoning = msg.get("reasoning_content") or ""  # the analysis channel, where a short answer may still be
     return (f"model {data.get('model')!r}, finish {choices[0].get('finish_reason')!r}, "
-            f"{usage.get('prompt_tokens')} prompt + {completion} completion tokens, {len(content)} chars of content")
+            f"{usage.get('prompt_tokens')} prompt + {completion} completion tokens, {len(reasoning)} chars of "
+            f"reasoning and {len(content)} of content")
 
 
 async def _serve_one_request(engine: Engine, max_tokens: int) -> tuple[str, str]:

@@ -104,6 +104,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="untimed sessions per endpoint before the measured ones (default 0)")
     r.add_argument("--session-nonce", action="store_true",
                    help="tag each session's first message so no server reuses a prompt cache across sessions")
+    r.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature sent with every request (default 1: the app's and the API's "
+                        "default, so the sampler is timed as users run it; 0 = greedy)")
+    r.add_argument("--seed", type=int, default=0, help="seed sent with every request (default 0)")
     r.add_argument("--json", action="store_true", help="print the results JSON instead of a table")
     r.set_defaults(_bench_run=run_replay)
 
@@ -277,7 +281,7 @@ def run_replay(args: argparse.Namespace) -> int:
     records = asyncio.run(run_replay(endpoints, bodies, out, rounds=args.rounds, model=args.model,
                                      api_key=args.api_key, timeout_s=args.timeout,
                                      session_nonce=args.session_nonce, warmup_sessions=args.warmup_sessions,
-                                     log=log))
+                                     temperature=args.temperature, seed=args.seed, log=log))
     summary = summarize_replay(records, [e.name for e in endpoints])
     result = {
         "schema": 1, "bench": "replay", "started_at": started,
@@ -285,7 +289,7 @@ def run_replay(args: argparse.Namespace) -> int:
         "requests": len(bodies), "endpoints": {e.name: e.url for e in endpoints}, "order": order,
         "settings": {"rounds": args.rounds, "model": args.model, "timeout_s": args.timeout,
                      "session_nonce": args.session_nonce, "warmup_sessions": args.warmup_sessions,
-                     "temperature": 0, "stream": True},
+                     "temperature": args.temperature, "seed": args.seed, "stream": True},
         "client": {"engine_version": engine_version(), "device": device_info()},
         "summary": summary,
         "records": [r.to_dict() for r in records],

@@ -2,8 +2,10 @@
 
 Each endpoint runs a *session*: every request of the file in order (a conversation and its
 follow-ups), one at a time. Sessions run serially in mirrored order (A B B A ...; see
-``ordering``). Bodies are sent as saved except that temperature is forced to 0 and streaming
-with a final usage chunk is switched on, so answers are comparable and decode can be timed.
+``ordering``). Bodies are sent as saved except that the temperature is set (1 by default: the
+app's and the API's, so the sampler is timed as users run it; 0 for greedy answers), a seed is
+set (same seed, same tokens on a server that honours it) and streaming with a final usage chunk
+is switched on, so answers are comparable and decode can be timed.
 Every request body and raw response stream is archived with its sha256.
 """
 
@@ -69,11 +71,14 @@ def load_requests(path: Path) -> list[dict[str, Any]]:
     return bodies
 
 
-def prepare_body(body: dict[str, Any], model: str | None = None, nonce: str | None = None) -> dict[str, Any]:
-    """The body as sent: temperature 0, streamed with usage; optionally another model name and a
-    session nonce in the first message (defeats a server's prompt cache across sessions)."""
+def prepare_body(body: dict[str, Any], model: str | None = None, nonce: str | None = None,
+                 temperature: float = 1.0, seed: int = 0) -> dict[str, Any]:
+    """The body as sent: ``temperature`` and ``seed`` set, streamed with usage; optionally another
+    model name and a session nonce in the first message (defeats a server's prompt cache across
+    sessions)."""
     out = copy.deepcopy(body)
-    out["temperature"] = 0
+    out["temperature"] = temperature
+    out["seed"] = seed
     out["stream"] = True
     opts = out.get("stream_options")
     out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
@@ -145,7 +150,8 @@ def _sha(data: bytes) -> str:
 
 async def run_replay(endpoints: list[Endpoint], bodies: list[dict[str, Any]], out_dir: Path, *, rounds: int = 2,
                      model: str | None = None, api_key: str | None = None, timeout_s: float = 3600.0,
-                     session_nonce: bool = False, warmup_sessions: int = 0, log=print) -> list[RequestRecord]:
+                     session_nonce: bool = False, warmup_sessions: int = 0, temperature: float = 1.0,
+                     seed: int = 0, log=print) -> list[RequestRecord]:
     """Warm-up sessions (each endpoint in forward order, ``warmup_sessions`` times) come first;
     their records are kept and archived but flagged, and summaries leave them out."""
     order = mirrored_order([e.name for e in endpoints], rounds)
@@ -168,7 +174,8 @@ async def run_replay(endpoints: list[Endpoint], bodies: list[dict[str, Any]], ou
             log(f"{what}: {name} ({ep.url})")
             nonce = f"bench {tag} {time.time_ns()}" if session_nonce else None
             for i, body in enumerate(bodies):
-                payload = json.dumps(prepare_body(body, model, nonce), ensure_ascii=False).encode()
+                payload = json.dumps(prepare_body(body, model, nonce, temperature, seed),
+                                     ensure_ascii=False).encode()
                 status, raw, meter = await send_one(http, ep.url, payload, headers)
                 req_file, resp_file = run_dir / f"q{i:02d}.request.json", run_dir / f"q{i:02d}.response.sse"
                 req_file.write_bytes(payload)

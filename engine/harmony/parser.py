@@ -28,6 +28,7 @@ unexpected special tokens inside text are dropped. A header cut off by the end o
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -47,6 +48,11 @@ MAX_HEADER_TOKENS = 96
 _CHANNEL_MARK = "\x00channel\x00"
 _CONSTRAIN_MARK = "\x00constrain\x00"
 _CHANNELS: frozenset[str] = frozenset(("analysis", "commentary", "final"))
+# What the first header may hold before its first <|channel|>/<|constrain|>: the role repeated,
+# a recipient, a content type after it. Plain text that cannot grow into this is shown at once
+# instead of after MAX_HEADER_TOKENS: a model writing without harmony (the demo model, a
+# synthetic checkpoint) would otherwise show nothing for its first 96 tokens.
+_OPENING = re.compile(r"(?:assistant(?:\s+|$))?(?:to=[\w.\-:/@]+(?:\s+[\w.\-/+]*)?\s*)?")
 
 
 def new_call_id() -> str:
@@ -178,11 +184,26 @@ class HarmonyStreamParser:
         elif not self._is_other_special(token_id):
             self._header_ids.append(token_id)
             self._header_text_ids.append(token_id)
+            if self._opening_is_plain_text():
+                return self._degrade_header(lstrip=True)
         if self._header_len > MAX_HEADER_TOKENS or self._header_has_newline():
             if self._header_author_is_foreign():
                 return self._foreign_author()
             return self._degrade_header()
         return []
+
+    def _opening_is_plain_text(self) -> bool:
+        """Whether the first header's text, with no channel or constrain mark yet, can no longer
+        become one (``Sure``, ``to be``; not ``to=functions.f``, ``assistant`` or ``t``)."""
+        if self._header_after_start or self._header_text:
+            return False
+        s = self._tok.decode(self._header_ids, skip_special_tokens=False).lstrip()
+        if "assistant".startswith(s) or "to=".startswith(s):
+            return False
+        rest = s[len("assistant"):].lstrip() if s.startswith("assistant") else s
+        if "to=".startswith(rest):
+            return False
+        return _OPENING.fullmatch(s) is None
 
     def _looks_like_cut_header(self) -> bool:
         """Whether the pending header is a real one cut off by the end of the stream (drop it)
@@ -243,12 +264,15 @@ class HarmonyStreamParser:
             return False
         return "\n" in self._tok.decode(self._header_ids[-1:], skip_special_tokens=False)
 
-    def _degrade_header(self) -> list[ParserEvent]:
+    def _degrade_header(self, lstrip: bool = False) -> list[ParserEvent]:
         """The 'header' was really text: reopen it as a final-channel message and replay its
-        ids through the content decoder (UTF-8 safe, unlike the header's own decoding)."""
+        ids through the content decoder (UTF-8 safe, unlike the header's own decoding).
+        ``lstrip``: drop its leading blanks, as a message of its own does (_close_header)."""
         replay = self._header_text_ids
         self._open_message(Header(role="assistant", channel="final", recipient=None))
         text = "".join(self._content.push(i) for i in replay)
+        if lstrip:
+            text = text.lstrip()
         return [TextDelta("final", text)] if text else []
 
     def _feed_between(self, token_id: int) -> list[ParserEvent]:

@@ -61,8 +61,8 @@ def server(tiny_model) -> Iterator[BackgroundServer]:
 
 @pytest.fixture()
 def requests_file(tmp_path: Path) -> Path:
-    """A conversation and one follow-up, saved the way the shipped set is (temperature not 0 on
-    purpose: the replay must force it)."""
+    """A conversation and one follow-up, saved the way the shipped set is (temperature 0.8 on
+    purpose: the replay must set its own)."""
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime number."}]
     follow = [*msgs, {"role": "assistant", "content": "7"}, {"role": "user", "content": "Another one?"}]
     bodies = [{"model": "tiny", "messages": m, "max_tokens": MAX_TOKENS, "temperature": 0.8,
@@ -95,7 +95,7 @@ def test_replay_two_endpoints_mirrored(server: BackgroundServer, requests_file: 
         assert r["timed_tokens"] == r["completion_tokens"] - 1
         assert r["ttft_s"] > 0 and r["wall_s"] >= r["ttft_s"]
         sent = json.loads((out / r["request_file"]).read_bytes())
-        assert sent["temperature"] == 0 and sent["stream"] is True
+        assert sent["temperature"] == 1.0 and sent["seed"] == 0 and sent["stream"] is True  # as shipped
         assert sent["stream_options"] == {"include_usage": True}
         body = (out / r["response_file"]).read_bytes()
         assert body.rstrip().endswith(b"data: [DONE]")

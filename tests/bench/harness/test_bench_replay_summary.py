@@ -64,11 +64,12 @@ def test_endpoint_parsing_and_urls():
             Endpoint.parse(bad)
 
 
-def test_prepare_body_forces_greedy_streaming_and_keeps_the_original():
+def test_prepare_body_sets_sampling_and_streaming_and_keeps_the_original():
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7,
             "stream": False, "stream_options": {"foo": 1}}
-    out = prepare_body(body, model="other", nonce="s1")
-    assert out["temperature"] == 0 and out["stream"] is True
+    assert prepare_body(body)["temperature"] == 1.0  # as the app and the API ship
+    out = prepare_body(body, model="other", nonce="s1", temperature=0, seed=7)
+    assert out["temperature"] == 0 and out["seed"] == 7 and out["stream"] is True
     assert out["stream_options"] == {"foo": 1, "include_usage": True}
     assert out["model"] == "other"
     assert out["messages"][0]["content"] == "[s1]\nhi"

@@ -318,3 +318,39 @@ def test_a_message_by_another_author_ends_the_turn(tok: Tokenizer, sp: SpecialTo
     reply = parse_completion(tok, sp, harmony_ids(tok, "<|channel|>analysis<|message|>a<|end|><|channel|>final"
                                                        "<|message|>b<|return|>"))
     assert (reply.analysis, reply.final) == ("a", "b")
+
+
+# ---- plain text shows from its first token ----------------------------------------------------
+
+
+def _streamed_before_finish(tok: Tokenizer, sp: SpecialTokens, text: str) -> tuple[list[str], str]:
+    """The text each token of ``text`` released (no finish(): what a client has seen by then),
+    and the text fed up to the first token that released any."""
+    ids = OrdinaryEncoder(tok).encode(text)
+    parser = HarmonyStreamParser(tok, sp)
+    out = ["".join(e.text for e in parser.feed(i) if isinstance(e, TextDelta)) for i in ids]
+    first = next((k for k, t in enumerate(out) if t), len(ids) - 1)
+    return out, tok.decode(ids[: first + 1])
+
+
+def test_plain_text_streams_from_its_first_word(tok: Tokenizer, sp: SpecialTokens) -> None:
+    """A model writing without harmony headers (the demo model, random weights) is shown at once,
+    not after MAX_HEADER_TOKENS tokens of 'header'."""
+    text = " Sure, here is a long answer without any header at all"
+    out, fed = _streamed_before_finish(tok, sp, text)
+    assert " Sure".startswith(fed)  # released by the first word
+    assert "".join(out) == text.lstrip()  # leading blanks dropped, as for a message of its own
+
+
+def test_header_openings_are_still_held(tok: Tokenizer, sp: SpecialTokens) -> None:
+    for opening in (" to=functions.get_weather", "to=functions.f json", "assistant", "assistant to=x.y", "t", "to"):
+        assert "".join(_streamed_before_finish(tok, sp, opening)[0]) == "", opening
+    reply = parse_completion(tok, sp, harmony_ids(
+        tok, " to=functions.f<|channel|>commentary json<|message|>{\"a\": 1}<|call|>"), make_call_id=fixed_id)
+    assert [c.name for c in reply.tool_calls] == ["f"]
+
+
+def test_text_that_starts_like_a_recipient_is_shown_once_it_cannot_be_one(tok: Tokenizer, sp: SpecialTokens) -> None:
+    out, fed = _streamed_before_finish(tok, sp, "to be honest, no")
+    assert len(fed) > 2 and "to be".startswith(fed)  # "to" could still open "to=..."; "to b" cannot
+    assert "".join(out) == "to be honest, no"
