@@ -95,8 +95,8 @@ class ReferenceBackend:
     def state_tensors(self) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
         for i, (k, v) in enumerate(zip(self.cache.keys, self.cache.values, strict=True)):
-            out[f"k.{i}"] = k.contiguous()
-            out[f"v.{i}"] = v.contiguous()
+            out[f"k.{i}"] = k.clone(memory_format=torch.contiguous_format)  # a copy: the cache's views
+            out[f"v.{i}"] = v.clone(memory_format=torch.contiguous_format)  # are overwritten later
         return out
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor], length: int) -> None:

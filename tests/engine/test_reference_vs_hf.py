@@ -60,9 +60,11 @@ def test_bf16_argmax_agreement_not_worse_than_transformers(case):
     with torch.no_grad():
         hf32 = hf_model(path, torch.float32)(torch.tensor([ids])).logits[0].argmax(-1)
         hf16 = hf_model(path, torch.bfloat16)(torch.tensor([ids])).logits[0].argmax(-1)
-    ours = float((ours16 == ref32).float().mean())
-    theirs = float((hf16 == hf32).float().mean())
-    assert ours >= theirs - 0.05, (ours, theirs)
+    # in whole tokens: as float32 means, 37/40 >= 39/40 - 0.05 failed by a rounding (on a CPU whose
+    # bf16 GEMMs, AVX512-BF16/AMX, round differently from the CI machine's)
+    ours = int((ours16 == ref32).sum())
+    theirs = int((hf16 == hf32).sum())
+    assert ours >= theirs - round(0.05 * len(ids)), (ours, theirs, len(ids))
 
 
 def test_greedy_continuation_matches_transformers_generate(case):
