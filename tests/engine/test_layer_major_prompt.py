@@ -35,3 +35,37 @@ def test_experts_called_once_per_layer_and_progress_reported(tiny_model):
     assert calls == [(i, 40) for i in range(layers)]  # not once per 8-token block
     assert seen[-1] == (40, 40) and len(seen) == layers
     assert torch.allclose(logits, ref.forward(list(range(3, 43)))[-1], rtol=0, atol=1e-4)
+
+
+def test_query_rows_bound_the_scores():
+    from engine.reference import MIN_QUERY_ROWS, SCORE_BYTES, query_rows
+
+    assert query_rows(256, 64, 512) == 256  # a short context keeps the whole block
+    deep = query_rows(256, 64, 8192)
+    assert MIN_QUERY_ROWS <= deep < 256 and deep * 64 * 8192 * 4 <= max(SCORE_BYTES, MIN_QUERY_ROWS * 64 * 8192 * 4)
+    assert query_rows(256, 64, 10**7) == MIN_QUERY_ROWS  # never fewer rows than that
+    assert query_rows(7, 64, 10**7) == 7  # nor more than asked
+
+
+def test_deep_context_attention_runs_in_smaller_blocks_with_the_same_result(tiny_model, monkeypatch):
+    ck = Checkpoint.open(tiny_model)
+    ids = list(range(3, 43))
+    model = ReferenceModel(ck, torch.float32)
+    one = model.forward(ids)
+
+    def checks_with(score_bytes: int) -> tuple[int, torch.Tensor]:
+        monkeypatch.setattr("engine.reference.SCORE_BYTES", score_bytes)
+        calls = [0]
+
+        def check() -> None:
+            calls[0] += 1
+
+        out = model.forward(ids, attn_block=32, check=check)
+        return calls[0], out
+
+    wide, out_wide = checks_with(1 << 30)
+    narrow, out_narrow = checks_with(1)  # every block at MIN_QUERY_ROWS (16) rows
+    assert narrow > wide  # more blocks: the stop check runs between them
+    for out in (out_wide, out_narrow):
+        assert float((one - out).abs().max() / one.abs().max()) <= 1e-5
+        assert torch.equal(one.argmax(-1), out.argmax(-1))
