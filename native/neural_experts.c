@@ -666,7 +666,8 @@ static void token_rows(tok_job *j, float *scr, long r0, long r1, const float *zf
             cp[i] = codes + (size_t)rr * (size_t)G * 16;
             sp[i] = i < n ? row_scales(s, ex, mat, rr, G, sbuf[i], &j->err) : sp[n - 1];
         }
-        if (kf->rows4tok) { /* tokens in near-equal groups of 2-4, each row decoded in registers per group */
+        if (kf->rows4tok && (!kf->tile4 || ntok <= NEURAL_ROWS_TOK_MAX)) {
+            /* tokens in near-equal groups of 2-4, each row decoded in registers per group */
             int ng2 = (ntok + 3) / 4;
             for (int gi = 0, t0 = 0; gi < ng2; gi++) {
                 int nt = ntok / ng2 + (gi < ntok % ng2);

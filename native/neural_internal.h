@@ -25,6 +25,11 @@
 #define NEURAL_MAX_G (16384 / 32)
 #define NEURAL_TOK_SEG 128                /* most blocks per decode4 call: 4 rows x 128 blocks = 64 KB of fp32 q */
 #define NEURAL_TOK_ACC_ROW (4 * 16)       /* floats per row in an accumulator tile (4 tokens x 16 lanes) */
+/* Most tokens per expert call that AVX-512 runs through rows4tok rather than decode4/tile4:
+   see the measurement at rows4tok_avx512 */
+#ifndef NEURAL_ROWS_TOK_MAX
+#define NEURAL_ROWS_TOK_MAX 20
+#endif
 
 /* 2 * E2M1 value per 4-bit code, and S(s) = 2^(s-128) per scale byte. */
 extern const float neural_lut2[16];
@@ -49,8 +54,8 @@ typedef struct neural_kernels {
     void (*tile4)(const void *q, const float *S, int nb, const void *const z[4], int nt, float *acc);
     int tok_bf16;
     /* 2..4 tokens x 4 rows, whole rows decoded in registers: out[4 * r + t] = dot(row r, z[t]), z as
-       for tile4 with g0 = 0. Where present (AVX2) it serves every token count in groups of 2-4 and
-       decode4/tile4 are NULL; elsewhere NULL. */
+       for tile4 with g0 = 0. AVX2 has only this (decode4/tile4 NULL): every token count, in groups
+       of 2-4. AVX-512 has both: this up to NEURAL_ROWS_TOK_MAX tokens, the tiles above. */
     void (*rows4tok)(const uint8_t *const codes[4], const uint8_t *const scales[4], int G, const void *const z[4],
                      int nt, float out[16]);
     /* checksum of a read of n bytes (n multiple of 256, p 64-byte aligned) */
