@@ -36,6 +36,12 @@ from .packed_linear import PackedLinear
 Check = Callable[[], None]  # raises engine.types.PromptCancelled when the prompt is stopped
 
 
+class Projection(Protocol):
+    """``F.linear(x, w, b)`` where the implementation applies, else None (the caller's paths run)."""
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None: ...
+
+
 class ExpertsFn(Protocol):
     """(layer, normalized hidden [T, H], expert ids [T, k], routing weights [T, k]) -> [T, H];
     ``check`` is called between expert groups so that a long prompt can be stopped."""
@@ -207,13 +213,16 @@ class ReferenceModel:
     fp32 one (see :func:`cpu_has_bf16_gemm`): the CPU engine's speed, not the oracle's bits."""
 
     def __init__(self, ck: Checkpoint, dtype: torch.dtype = torch.float32, experts_fn: ExpertsFn | None = None,
-                 expert_cache_bytes: int = 256 << 20, bf16_gemm: bool = False) -> None:
+                 expert_cache_bytes: int = 256 << 20, bf16_gemm: bool = False,
+                 native_linear: Projection | None = None) -> None:
         self.ck = ck
         self.cfg = ck.config
         self.dtype = dtype
         self.experts_fn = experts_fn
         self.bf16_gemm = bf16_gemm and dtype == torch.bfloat16
         self._packed = PackedLinear() if self.bf16_gemm else None  # one-token GEMVs too (packed_linear.py)
+        # one-token bf16 projections on the native kernel (native_linear.py), before the above
+        self._native = native_linear if dtype == torch.bfloat16 else None
         self._dense: dict[str, torch.Tensor] = {}
         self._experts = DequantizedExperts(ck, dtype, expert_cache_bytes)
         self._check: Check | None = None
@@ -228,13 +237,19 @@ class ReferenceModel:
         return t
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        y = self._native(x, w, b) if self._native is not None else None
+        if y is not None:
+            return y
         if self.bf16_gemm and x.dtype == torch.bfloat16:
             return self._projection(x, w, b)
         return linear(x, w, b)
 
     def _projection(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """F.linear, through prepacked weights where packing applies (bf16 CPU tensors: packed_linear.py)."""
-        y = self._packed(x, w, b) if self._packed is not None else None
+        """F.linear: one bf16 row on the native kernel, else through prepacked weights where packing
+        applies (bf16 CPU tensors: packed_linear.py)."""
+        y = self._native(x, w, b) if self._native is not None else None
+        if y is None and self._packed is not None:
+            y = self._packed(x, w, b)
         return y if y is not None else F.linear(x, w, b)
 
     def expert_weights(self, layer: int, e: int) -> tuple[torch.Tensor, ...]:

@@ -55,6 +55,7 @@ void neural_copy_stream(void *dst, const void *src, size_t n);
 int neural_advise(const void *p, size_t n, int advice);
 float neural_expf(float x);
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
+int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int cols, const float *x, float *out);
 """
 
 

@@ -246,6 +246,26 @@ class NativeKernel:
                                            limit, alpha, self.ffi.cast("float *", self.ffi.from_buffer(out))), "swiglu")
         return out
 
+    def linear_bf16(self, w: Pointerish, rows: int, cols: int, x: np.ndarray, bias: Pointerish | None = None,
+                    out: np.ndarray | None = None) -> np.ndarray:
+        """``w @ x + bias`` for a bf16 matrix ``w`` [rows, cols] (bits: a uint16/int16 array or a
+        pointer kept alive by the caller), ``bias`` bf16 [rows] or None, ``x`` fp32 [cols]; fp32
+        [rows] in the order of neural_experts.h, on the thread team. ``cols`` a multiple of 16."""
+        xx = np.ascontiguousarray(x, dtype=np.float32)
+        if xx.shape != (cols,):
+            raise ValueError(f"x has shape {xx.shape}, expected ({cols},)")
+        for a, n, what in ((w, rows * cols, "w"), (bias, rows, "bias")):
+            if isinstance(a, np.ndarray) and (a.itemsize != 2 or a.size != n):
+                raise ValueError(f"{what} must hold {n} bf16 values (2-byte items), got {a.dtype}{a.shape}")
+        if out is None:
+            out = np.empty(rows, np.float32)
+        wp = self.pointer(w, "const uint16_t *")[0]
+        bp = self.ffi.NULL if bias is None else self.pointer(bias, "const uint16_t *")[0]
+        xp = self.ffi.cast("const float *", self.ffi.from_buffer(xx))
+        rc = self.lib.neural_linear_bf16(wp, bp, rows, cols, xp, self._f32(out, (rows,), "out", writable=True))
+        self._check(rc, "linear_bf16")
+        return out
+
 
 _lock = threading.Lock()
 _kernel: NativeKernel | None = None

@@ -238,6 +238,51 @@ static void swiglu_pairs(const neural_kernels *kf, const float *h, long npairs, 
     for (; q < npairs; q++) a[q] = swiglu(h[2 * q], h[2 * q + 1], limit, alpha);
 }
 
+/* ---- bf16 projections (the CPU engine's one-token dense layers) ---- */
+typedef struct {
+    const uint16_t *w, *bias;
+    long rows;
+    int cols;
+    const float *x;
+    float *out;
+    const neural_kernels *kf;
+    volatile long next;
+    long nchunks;
+} linear_job;
+
+#define CH_LINEAR 64 /* rows per chunk: 368 KB of a 2880-wide bf16 matrix */
+
+static void linear_work(void *ctx, int tid) {
+    (void)tid;
+    linear_job *j = (linear_job *)ctx;
+    for (;;) {
+        long c = neural_next_chunk(&j->next);
+        if (c >= j->nchunks) break;
+        long r0 = c * CH_LINEAR, r1 = r0 + CH_LINEAR < j->rows ? r0 + CH_LINEAR : j->rows;
+        for (long r = r0; r < r1; r += 4) {
+            int n = (int)(r1 - r < 4 ? r1 - r : 4);
+            const uint16_t *wp[4];
+            float o[4];
+            for (int i = 0; i < 4; i++) wp[i] = j->w + (size_t)(r + (i < n ? i : n - 1)) * (size_t)j->cols;
+            j->kf->gemv4_bf16(wp, j->x, j->cols, o);
+            for (int i = 0; i < n; i++) j->out[r + i] = j->bias ? o[i] + bf16_float(j->bias[r + i]) : o[i];
+        }
+    }
+}
+
+int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int cols, const float *x, float *out) {
+    if (!w || !x || !out || rows < 1 || cols < 16 || cols % 16) return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    linear_job j;
+    memset(&j, 0, sizeof j);
+    j.w = w, j.bias = bias, j.rows = rows, j.cols = cols, j.x = x, j.out = out, j.kf = kern;
+    j.nchunks = (rows + CH_LINEAR - 1) / CH_LINEAR;
+    neural_team_run(linear_work, &j);
+    nm_unlock(&api_lock);
+    return 0;
+}
+
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a) {
     if (!h || !a || npairs < 0) return NEURAL_EINVAL;
     nm_lock(&api_lock);

@@ -167,6 +167,11 @@ void neural_copy_stream(void *dst, const void *src, size_t n);
 int neural_advise(const void *p, size_t n, int advice);
 /* The canonical fp32 exp used by SwiGLU (exported for the reference tests). */
 float neural_expf(float x);
+/* out[r] = dot(w[r], x) (+ bias[r]) for a bf16 matrix w [rows][cols] (cols a multiple of 16),
+ * bias bf16 or NULL, x fp32: 16 lanes, lane l = fma(w[r][16c + l], x[16c + l], lane l) over c
+ * from +0, then the NUMERICS tree, then + bias in fp32. Rows are split over the thread team;
+ * every ISA path gives the same bits. The CPU engine's one-token projections (dense layers, head). */
+int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int cols, const float *x, float *out);
 /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < npairs on the current ISA path (for the tests). */
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 

@@ -63,6 +63,9 @@ typedef struct neural_kernels {
     /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < 16, the exact operations of the scalar SwiGLU and
        neural_expf (NULL: the caller uses the scalar code) */
     void (*swiglu16)(const float *h, float limit, float alpha, float *a);
+    /* out[i] = dot(w[i][0..n), x) for 4 bf16 rows (n a multiple of 16) in the canonical order of
+       neural_linear_bf16 (neural_experts.h) */
+    void (*gemv4_bf16)(const uint16_t *const w[4], const float *x, int n, float out[4]);
 } neural_kernels;
 
 /*

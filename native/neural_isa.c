@@ -127,7 +127,24 @@ static uint64_t read_scalar(const uint8_t *p, size_t n) {
     return s;
 }
 
-const neural_kernels neural_kernels_scalar = {1, dot4_scalar, decode4_scalar, tile4_scalar, 0, NULL, read_scalar, NULL};
+/* bf16 rows x fp32 input: 16 lanes, lane l takes columns 16c + l, one fma each, then the tree */
+static void gemv4_scalar(const uint16_t *const w[4], const float *x, int n, float out[4]) {
+    for (int r = 0; r < 4; r++) {
+        float acc[16];
+        for (int l = 0; l < 16; l++) acc[l] = 0.0f;
+        for (int c = 0; c < n; c += 16)
+            for (int l = 0; l < 16; l++) {
+                uint32_t u = (uint32_t)w[r][c + l] << 16;
+                float v;
+                memcpy(&v, &u, sizeof v);
+                acc[l] = fma_exact(v, x[c + l], acc[l]);
+            }
+        out[r] = reduce16(acc);
+    }
+}
+
+const neural_kernels neural_kernels_scalar = {1, dot4_scalar, decode4_scalar, tile4_scalar, 0, NULL, read_scalar, NULL,
+                                              gemv4_scalar};
 
 #if NEURAL_X86
 /* ------------------------------------------------------------------------------------------ */
@@ -281,7 +298,23 @@ NEURAL_TARGET_AVX2 static uint64_t read_avx2(const uint8_t *p, size_t n) {
     return lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3] ^ read_scalar(p + i, n - i);
 }
 
-const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL};
+/* 8 bf16 -> 8 fp32 (exact: the bits shifted into the high half) */
+#define BF16X8_AVX2(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+
+NEURAL_TARGET_AVX2 static void gemv4_avx2(const uint16_t *const w[4], const float *x, int n, float out[4]) {
+    __m256 al[4], ah[4];
+    for (int r = 0; r < 4; r++) al[r] = ah[r] = _mm256_setzero_ps();
+    for (int c = 0; c < n; c += 16) {
+        const __m256 xl = _mm256_loadu_ps(x + c), xh = _mm256_loadu_ps(x + c + 8);
+        NEURAL_UNROLL for (int r = 0; r < 4; r++) {
+            al[r] = _mm256_fmadd_ps(BF16X8_AVX2(w[r] + c), xl, al[r]);
+            ah[r] = _mm256_fmadd_ps(BF16X8_AVX2(w[r] + c + 8), xh, ah[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum8_avx2(al[r], ah[r]);
+}
+
+const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL, gemv4_avx2};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
@@ -502,8 +535,23 @@ NEURAL_TARGET_AVX512 static void swiglu16_avx512(const float *h, float limit, fl
     _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_add_ps(u, one)));
 }
 
+#define BF16X16_AVX512(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+
+NEURAL_TARGET_AVX512 static void gemv4_avx512(const uint16_t *const w[4], const float *x, int n, float out[4]) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int c = 0; c < n; c += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + c);
+        a0 = _mm512_fmadd_ps(BF16X16_AVX512(w[0] + c), xv, a0);
+        a1 = _mm512_fmadd_ps(BF16X16_AVX512(w[1] + c), xv, a1);
+        a2 = _mm512_fmadd_ps(BF16X16_AVX512(w[2] + c), xv, a2);
+        a3 = _mm512_fmadd_ps(BF16X16_AVX512(w[3] + c), xv, a3);
+    }
+    hsum4_avx512(a0, a1, a2, a3, out);
+}
+
 const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, decode4_avx512, tile4_avx512, 0, rows4tok_avx512,
-                                              read_avx512, swiglu16_avx512};
+                                              read_avx512, swiglu16_avx512, gemv4_avx512};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512 BF16: the same arithmetic with vdpbf16ps. The inputs are bf16-exact and never below
@@ -608,5 +656,5 @@ NEURAL_TARGET_AVX512BF16 static void tile4_avx512bf16(const void *qv, const floa
 }
 
 const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, decode4_avx512bf16, tile4_avx512bf16, 1, NULL,
-                                                  read_avx512, swiglu16_avx512};
+                                                  read_avx512, swiglu16_avx512, gemv4_avx512};
 #endif

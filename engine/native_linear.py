@@ -1,0 +1,55 @@
+"""One-token bf16 projections of the CPU engine on the native kernel's thread team.
+
+A CPU decode token is as much dense bf16 weights (attention, router, head: 262 MB at the 4-layer
+120b shape, 3.1 GB at 36 layers) as experts. oneDNN's prepacked GEMV (packed_linear.py) read
+them at ~22 GB/s on the 2-core AVX-512 VM where the machine reads ~28, and only on CPUs with
+AVX512-BF16; elsewhere PyTorch's bf16 F.linear read 14-17 GB/s. ``neural_linear_bf16`` streams the
+rows on the same team as the experts (no second thread pool spinning beside it) and runs on every
+ISA with the same bits: fp32 products and sums in a fixed 16-lane order, the bias added in fp32,
+then one rounding to bf16, as a bf16 GEMM with fp32 accumulation computes (a different summation
+order from oneDNN's: last-bit differences, not the oracle's bits).
+
+Several rows (a prompt) stay with the GEMM paths: there the arithmetic, not the bytes, is the cost.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class NativeLinear:
+    """``F.linear(x, w, b)`` for one bf16 row on the CPU, or None where it does not apply."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self.enabled = True
+        self._views: dict[int, tuple[torch.Tensor, np.ndarray]] = {}
+
+    def _bits(self, t: torch.Tensor) -> np.ndarray:
+        hit = self._views.get(id(t))
+        if hit is None or hit[0] is not t:
+            hit = (t, t.view(torch.int16).numpy())  # keeps t alive, so its id stays unique
+            self._views[id(t)] = hit
+        return hit[1]
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None:
+        if not self.enabled or x.device.type != "cpu" or x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16 \
+                or w.dim() != 2 or not w.is_contiguous() or x.numel() != w.shape[1] or w.shape[1] % 16 \
+                or (b is not None and (b.dtype != torch.bfloat16 or not b.is_contiguous())):
+            return None
+        rows, cols = w.shape
+        try:
+            out = self.kernel.linear_bf16(self._bits(w), rows, cols, x.reshape(cols).float().numpy(),
+                                          None if b is None else self._bits(b))
+        except Exception as exc:  # the kernel is an optimisation: fall back, say why once
+            log.warning("native bf16 projections unavailable (%s); using the PyTorch paths", exc)
+            self.enabled = False
+            self._views.clear()
+            return None
+        return torch.from_numpy(out).to(torch.bfloat16).reshape(*x.shape[:-1], rows)

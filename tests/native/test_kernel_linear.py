@@ -1,0 +1,68 @@
+"""neural_linear_bf16 (the CPU engine's one-token bf16 projections) against the same-order fp32
+reference, bit for bit, on every ISA path and thread count, with and without a bias."""
+
+from __future__ import annotations
+
+import native_refimpl as R
+import numpy as np
+import pytest
+from native_helpers import ISAS, isa_or_skip
+
+from native.kernel import KernelError, NativeKernel
+
+
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """fp32 -> bf16 bits, nearest even (the model's weights as stored)."""
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF).astype(np.uint16)
+
+
+def reference(w: np.ndarray, x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """16 lanes, lane l = fma(w[:, 16c + l], x[16c + l], lane l) over c from +0, the tree, + bias."""
+    wf = R.bf16_to_f32(w)
+    acc = np.zeros((w.shape[0], 16), np.float32)
+    for c in range(0, w.shape[1], 16):
+        acc = R.fma32(wf[:, c : c + 16], np.broadcast_to(x[c : c + 16], acc.shape), acc)
+    out = R.reduce16(acc)
+    return out if bias is None else (out + R.bf16_to_f32(bias)).astype(np.float32)
+
+
+def case(rows: int, cols: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    w = bf16_bits(rng.standard_normal((rows, cols)) * 0.05)
+    bias = bf16_bits(rng.standard_normal(rows))
+    x = R.bf16_to_f32(bf16_bits(rng.standard_normal(cols)))  # an activation, bf16-exact as in the model
+    return w, bias, x
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_linear_matches_reference_bit_for_bit(kernel: NativeKernel, isa: str) -> None:
+    isa_or_skip(kernel, isa)
+    for rows, cols, threads in ((131, 2880, 2), (7, 64, 1), (3, 16, 3), (64, 4096, 2)):  # tails of 1-3 rows
+        kernel.set_threads(threads)
+        w, bias, x = case(rows, cols, rows)
+        for b in (bias, None):
+            got = kernel.linear_bf16(w, rows, cols, x, b)
+            assert np.array_equal(got.view(np.uint32), reference(w, x, b).view(np.uint32)), (rows, cols, b is None)
+
+
+def test_isa_paths_agree(kernel: NativeKernel) -> None:
+    w, bias, x = case(200, 2880, 7)
+    outs = {}
+    for isa in kernel.available_isas():
+        kernel.set_isa(isa)
+        outs[isa] = kernel.linear_bf16(w, 200, 2880, x, bias)
+    first = next(iter(outs.values()))
+    assert all(np.array_equal(o.view(np.uint32), first.view(np.uint32)) for o in outs.values()), list(outs)
+
+
+def test_bad_arguments_are_refused(kernel: NativeKernel) -> None:
+    w, bias, x = case(8, 48, 1)
+    with pytest.raises(KernelError):
+        kernel.linear_bf16(w.reshape(-1)[: 8 * 40].copy(), 8, 40, x[:40])  # columns not a multiple of 16
+    with pytest.raises(ValueError, match="w must hold"):
+        kernel.linear_bf16(w, 9, 48, x)
+    with pytest.raises(ValueError, match="bias must hold"):
+        kernel.linear_bf16(w, 8, 48, x, bias[:4].copy())
+    with pytest.raises(ValueError, match="x has shape"):
+        kernel.linear_bf16(w, 8, 48, x[:32])
