@@ -1,5 +1,8 @@
 """bf16 projections on the CPU through oneDNN's prepacked weights.
 
+The CPU engine's one-token projections go to the native kernel first (native_linear.py); this
+serves a prompt's rows, and one row where the native path does not apply.
+
 PyTorch's ``F.linear`` on bf16 CPU tensors re-lays the weight out for oneDNN on every call: one
 token's GEMV read 15-19 GB/s of weights from DRAM where the machine reads ~30 GB/s, and the
 dense projections plus the head took half of a CPU-only decode token (24 of 47 ms, 4-layer
