@@ -50,6 +50,11 @@ SRC="$WORK/src"
 export WINEPREFIX="$WORK/prefix" WINEARCH=win64 WINEDEBUG=-all
 export WINEQT_QPA_PLATFORM=offscreen WINEQT_QPA_FONTDIR='Z:\usr\share\fonts\truetype\dejavu'  # Wine maps WINEQT_* -> QT_*
 export KMP_AFFINITY=disabled  # torch's OpenMP calls GetNumaNodeProcessorMaskEx, missing in Wine
+# oneDNN's JIT emits AMX code where the CPU has it (Sapphire Rapids CI machines do); Linux grants a
+# process the AMX tile state only on request (arch_prctl), which Windows builds under Wine never make,
+# so the first tile instruction dies of SIGILL ("illegal instruction" in JIT code, in the prepacked
+# bf16 projections). Windows itself enables AMX for every process: a test-environment cap.
+export ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
 export PYTHONIOENCODING=utf-8 PYTHONUTF8=1
 # a scratch folder of our own is removed on any exit (4 GB); NEURAL_WIN_WORK's is kept for a look
 cleanup() { wineserver -k >/dev/null 2>&1 || true; wineserver -w 2>/dev/null || true; [ -n "${NEURAL_WIN_WORK:-}" ] || rm -rf "$WORK"; }
