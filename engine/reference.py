@@ -237,12 +237,10 @@ class ReferenceModel:
         return t
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        y = self._native(x, w, b) if self._native is not None else None
-        if y is not None:
-            return y
         if self.bf16_gemm and x.dtype == torch.bfloat16:
-            return self._projection(x, w, b)
-        return linear(x, w, b)
+            return self._projection(x, w, b)  # tries the native path first
+        y = self._native(x, w, b) if self._native is not None else None
+        return y if y is not None else linear(x, w, b)
 
     def _projection(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         """F.linear: one bf16 row on the native kernel, else through prepacked weights where packing

@@ -10,13 +10,13 @@ in docs/performance.md ran an older worktree and this one in the order A B B A).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import statistics
 import sys
 import time
 
 import engine.reference
+from bench.harness.engine_bench import computing
 from engine.session import Engine
 from engine.settings import EngineSettings
 
@@ -32,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = dataclasses.replace(EngineSettings(), backend="cpu", cpu_threads=args.threads)
     eng = Engine.load(args.model_dir, settings)
     be = eng.backend
-    res = getattr(eng, "ram_residency", None)  # the RAM warm-up pauses while the engine computes
-    with res.computing() if res is not None else contextlib.nullcontext():
+    with computing(eng):  # the RAM warm-up pauses while the engine computes, as in its own generation
         t = time.perf_counter()
         be.forward(list(range(100, 100 + args.depth)))
         ctx = time.perf_counter() - t
