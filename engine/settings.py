@@ -50,11 +50,13 @@ class EngineSettings:
     # copies a 600-token prompt took 1.75 s against 4.2-4.8 s "fixed" on the H200 host, MEASURED, docs/perf-prompt.md),
     # "fixed" = groups of <= 16 pairs to the CPU
     prompt_split: Literal["auto", "fixed"] = "auto"
-    # the measured split plans the CPU lane to at most this share of the staging lane: the layer waits for the
-    # CPU's results, and the CPU lane ran 10-30% longer than predicted beside the copies. 600-token follow-ups, one
-    # process, mirrored (H200 machine, session 8): 1.64 s at 1.0 and 1.43 s at 0.9 without lookahead, 1.38 / 1.25 s
-    # with 28 lookahead slots (docs/perf-prompt.md)
-    prompt_cpu_share: float = 0.9
+    # the measured split plans the CPU lane to at most this share of the staging lane (the layer waits for the
+    # CPU's results). Session 8 chose 0.9: its CPU lane ran 10-30% over the prediction beside the copies (600-token
+    # follow-ups 1.38 s at 1.0, 1.25 at 0.9, 28 lookahead slots). With session 9's multi-token kernel the lane is
+    # shorter and 1.0 is ahead, one process, 4 mirrored rounds (H200 machine, session 10): 600-token prompt
+    # 1.152 / 1.167 / 1.171 s at 1.0 / 0.9 / 0.8, follow-up 600 1.146 / 1.166 / 1.169, follow-up 400 1.107 /
+    # 1.119 / 1.123 (medians; docs/perf-prompt.md)
+    prompt_cpu_share: float = 1.0
     warm_prompt: bool = True  # compile the prompt kernels and measure this machine's rates at load
     # staged prompt experts copied straight from the checkpoint's page-locked mapping (engine/gpu/prefill/direct.py):
     # "auto" = on Linux, locking at most the RAM less 16 GiB; "on" = no limit; "off" = pack into pinned buffers
