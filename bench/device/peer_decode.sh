@@ -4,6 +4,10 @@
 # (.peer/ written here by bench/peer/trim_llama_src.sh: llama-src.tar.gz and the converter's
 # wheels in whl/; .o200k is not needed: the synthetic checkpoint carries its own tokenizer).
 #   usage: [LAYERS=18] [ROUTINGS=calibrated,uniform] [DEPTH=0] bash bench/device/peer_decode.sh
+#   ROUTINGS may add skewed (a `synth --like --routing static --skew 1.5` variant, `neural bench decode` as
+#   uniform) and calpolicy (the calibrated run with the engine settings in CAL_POLICY, e.g. a smaller static
+#   part and a refresh every token); the order is cal, calpolicy, uni, skew, llama, llama, skew, uni,
+#   calpolicy, cal.
 #   a. .peer/llama-src.tar.gz unpacked to $LLAMA_DIR and llama-bench built with CUDA (sm_90) in
 #      the background at once (cuBLAS from torch's nvidia wheels when the toolkit has none);
 #   b. meanwhile: env.sh (wheels, native kernel), an $LAYERS-layer 120b-shape checkpoint (uniform
@@ -72,6 +76,9 @@ LLAMA_DIR=${LLAMA_DIR:-/tmp/llama}
 CK_ROOT=${CK_ROOT:-/dev/shm/neural-peer}
 CK=$CK_ROOT/synth-${LAYERS}l
 CKC=$CK_ROOT/synth-${LAYERS}l-calibrated
+CKS=$CK_ROOT/synth-${LAYERS}l-skewed
+CAL_POLICY=${CAL_POLICY:-static_slots=65 refresh_every=1 refresh_m=8}
+export CAL_POLICY
 GGUF=$CK_ROOT/synth-${LAYERS}l.gguf
 LB=$LLAMA_DIR/build/bin/llama-bench
 BACKEND=gpu
@@ -148,6 +155,11 @@ if has calibrated && [ -f "$CK/SYNTHETIC.json" ] && [ ! -f "$CKC/SYNTHETIC.json"
     | tr '\r' '\n' | grep -v "GiB *$" | tail -2 >>"$LOG"
   log "calibrated variant: $([ -f "$CKC/SYNTHETIC.json" ] && echo written || echo FAILED)"
 fi
+if has skewed && [ -f "$CK/SYNTHETIC.json" ] && [ ! -f "$CKS/SYNTHETIC.json" ]; then
+  timeout 120 "$PY" -m app.cli.main synth --like "$CK" --routing static --skew 1.5 --out "$CKS" 2>&1 \
+    | tr '\r' '\n' | grep -v "GiB *$" | tail -2 >>"$LOG"
+  log "skewed variant: $([ -f "$CKS/SYNTHETIC.json" ] && echo written || echo FAILED)"
+fi
 if [ -n "$BPID" ]; then
   while kill -0 "$BPID" 2>/dev/null && [ "$(left)" -gt 100 ]; do sleep 2; done
   log "build: $(tail -1 "$OUT/build.log")"
@@ -172,16 +184,19 @@ vram_stop() {
   [ -f /tmp/peer_vram ] && log "$1: peak GPU memory used $(sort -n /tmp/peer_vram | tail -1) MiB"
 }
 fresh() { rm -f "$NEURAL_CACHE_DIR"/hotset-*.npy; }  # no saved hot set: each run ranks its own
-neural_uni() {
-  [ -f "$CK/SYNTHETIC.json" ] || { log "skip $1: no checkpoint"; return; }
+neural_uni() {  # NAME [CKPT]
+  local ck=${2:-$CK}
+  [ -f "$ck/SYNTHETIC.json" ] || { log "skip $1: no checkpoint"; return; }
   fresh
   vram_watch
-  bench_run "$1" 150 "$LOG" decode "$CK" --backend "$BACKEND" --budget-gib 12 --threads "$THREADS" \
+  bench_run "$1" 150 "$LOG" decode "$ck" --backend "$BACKEND" --budget-gib 12 --threads "$THREADS" \
     --context 16384 --tokens 128 --depth "$DEPTH" --temperature 0 --repeats 2 --warmup 1 --set "pool_gib=$POOL"
   vram_stop "$1"
 }
-neural_cal() {  # bench_run's pattern for bench.routing.calibrated_tg
-  local name=$1 l t
+neural_cal() {  # NAME [KEY=VALUE...]: bench_run's pattern for bench.routing.calibrated_tg
+  local name=$1 l t sets=()
+  shift
+  for kv in "$@"; do sets+=(--set "$kv"); done
   [ -f "$CKC/SYNTHETIC.json" ] || { log "skip $name: no calibrated checkpoint"; return; }
   l=$(left)
   [ "$l" -lt 40 ] && { log "skip $name: ${l}s left"; return; }
@@ -191,7 +206,7 @@ neural_cal() {  # bench_run's pattern for bench.routing.calibrated_tg
   vram_watch
   timeout "$t" "$PY" -m bench.routing.calibrated_tg "$CKC" --depth "$CAL_DEPTH" --warmup "$CAL_WARMUP" \
     --tokens "$CAL_TOKENS" --backend "$BACKEND" --budget-gib 12 --threads "$THREADS" --context 16384 \
-    --set "pool_gib=$POOL" >"$OUT/$name.json" 2>>"$LOG" || log "$name exited $?"
+    --set "pool_gib=$POOL" "${sets[@]}" >"$OUT/$name.json" 2>>"$LOG" || log "$name exited $?"
   vram_stop "$name"
 }
 llama() {
@@ -209,12 +224,19 @@ llama() {
 }
 TG=(-p 0 -n 128)
 [ "$DEPTH" -gt 0 ] && TG+=(-d "$DEPTH")
+# shellcheck disable=SC2086  # CAL_POLICY: several KEY=VALUE words
+{
 has calibrated && neural_cal neural-cal-1
+has calpolicy && neural_cal neural-calpolicy-1 $CAL_POLICY
 has uniform && neural_uni neural-uni-1
-llama llama-1 "${TG[@]}"
-llama llama-2 "${TG[@]}"
+has skewed && neural_uni neural-skew-1 "$CKS"
+llama llama-1 "${TG[@]}" ${LLAMA_ARGS:-}
+llama llama-2 "${TG[@]}" ${LLAMA_ARGS:-}
+has skewed && neural_uni neural-skew-2 "$CKS"
 has uniform && neural_uni neural-uni-2
+has calpolicy && neural_cal neural-calpolicy-2 $CAL_POLICY
 has calibrated && neural_cal neural-cal-2
+}
 [ "$(left)" -gt 60 ] && llama llama-pp512 -p 512 -n 0
 
 "$PY" - "$OUT" "$LAYERS" "$NCMOE" "$POOL" "$DEPTH" "$BACKEND" <<'PY' | tee "$OUT/table.md" | tee -a "$LOG"
@@ -253,10 +275,13 @@ def llama(name):
         return r[0]["avg_ts"], None, f"mean of samples {[round(x, 2) for x in r[0]['samples_ts']]}, depth {r[0]['n_depth']}"
     except (TypeError, KeyError, IndexError):
         return None, None, "no result"
-kind = {"neural-cal": calibrated, "neural-uni": uniform, "llama": llama}
+kind = {"neural-cal": calibrated, "neural-calpolicy": calibrated, "neural-uni": uniform, "neural-skew": uniform,
+        "llama": llama}
 routings = env("ROUTINGS", "").split(",")
-order = [n for n in ("neural-cal-1", "neural-uni-1", "llama-1", "llama-2", "neural-uni-2", "neural-cal-2")
-         if n.startswith("llama") or {"cal": "calibrated", "uni": "uniform"}[n.split("-")[1]] in routings]
+names = {"cal": "calibrated", "calpolicy": "calpolicy", "uni": "uniform", "skew": "skewed"}
+order = [n for n in ("neural-cal-1", "neural-calpolicy-1", "neural-uni-1", "neural-skew-1", "llama-1", "llama-2",
+                     "neural-skew-2", "neural-uni-2", "neural-calpolicy-2", "neural-cal-2")
+         if n.startswith("llama") or names[n.split("-")[1]] in routings]
 rows = [(n, *kind[n.rsplit("-", 1)[0]](n)) for n in order]
 print(f"decode, {layers} layers, backend {backend}; Neural pool_gib {pool}; llama.cpp -ngl 99 -ncmoe {ncmoe} "
       f"-fa {env('PEER_FA', 'off')}; tg128 at depth {depth} on uniform routing (Neural and llama.cpp)"
@@ -273,7 +298,8 @@ if m:
     print(f"llama.cpp {statistics.mean(m):.2f} tok/s (mean of {[round(x, 2) for x in m]}), uniform GGUF only: its decode "
           "reads each token's k experts of every CPU layer in full, whichever they are, so its speed does not depend on "
           "the routing; both ratios below are to this figure")
-for prefix, label in (("neural-cal", "calibrated"), ("neural-uni", "uniform")):
+for prefix, label in (("neural-cal-", "calibrated"), ("neural-calpolicy", f"calibrated, {env('CAL_POLICY')}"),
+                      ("neural-uni", "uniform"), ("neural-skew", "skewed (static, skew 1.5)")):
     g = group(prefix)
     if not g:
         continue
