@@ -75,7 +75,11 @@ class StepStats:
     launch: float = 0.0
     gpu_wait: float = 0.0
     cpu: float = 0.0
-    admission: float = 0.0
+    admission: float = 0.0  # the sum of the four parts below
+    adm_poll: float = 0.0  # landed copies flipped (Residency.poll), once a token
+    adm_route: float = 0.0  # the layer's routing read, hit/miss split, capture buffers picked
+    adm_after: float = 0.0  # copies started for captured experts, routing observed
+    adm_refresh: float = 0.0  # the policy's end-of-token step (a candidate refresh when due)
     tail: float = 0.0
     hits: int = 0
     routed: int = 0
@@ -130,7 +134,9 @@ class Decoder:
         c.np_embed[:] = c.embed_table[token]
         ta = time.perf_counter()
         self.residency.poll()
-        st.admission += time.perf_counter() - ta
+        dt = time.perf_counter() - ta
+        st.adm_poll += dt
+        st.admission += dt
         routing = np.zeros((cfg.num_hidden_layers, k), dtype=np.int64) if self.record_routing is not None else None
         hits = 0
         n_static = self.pool.n_static
@@ -175,6 +181,8 @@ class Decoder:
             st.launch += tl1 - tl0
             st.gpu_wait += tl2 - tl1
             st.cpu += tl4 - tl3
+            st.adm_route += tl3 - tl2
+            st.adm_after += tl5 - tl4
             st.admission += (tl3 - tl2) + (tl5 - tl4)
         tt = time.perf_counter()
         c.run_tail()
@@ -182,7 +190,9 @@ class Decoder:
         st.tail += time.perf_counter() - tt
         ta = time.perf_counter()
         self.policy.token_done(self.pool)
-        st.admission += time.perf_counter() - ta
+        dt = time.perf_counter() - ta
+        st.adm_refresh += dt
+        st.admission += dt
         if routing is not None and self.record_routing is not None:
             self.record_routing.append(routing)
         st.tokens += 1

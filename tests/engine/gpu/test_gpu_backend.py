@@ -85,6 +85,9 @@ def test_decode_matches_reference_with_resident_experts(tiny_ck: Checkpoint, ref
     got = run(be, TOKENS)
     st = be.decoder.stats
     assert 0 < st.hits < st.routed
+    # the admission phase is exactly its four timed parts (what the device's decode A/B reads)
+    parts = (st.adm_poll, st.adm_route, st.adm_after, st.adm_refresh)
+    assert all(x > 0 for x in parts) and sum(parts) == pytest.approx(st.admission, rel=1e-12)
     close_to_reference(got, ref_logits)
     occ = be.pool.occupancy()
     assert sum(s for s, _, _ in occ) == 12 and all(a == 0 for _, a, _ in occ)
