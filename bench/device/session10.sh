@@ -8,6 +8,8 @@
 #      INPROC_CONFIGS, mirrored rounds): 600 / follow-up 600 / follow-up 400
 #   3. 3,000 and 13,000-token prompts (+ 600-token follow-ups), a fresh process each
 #   4. the shipped 13k coding conversation through `neural serve` (real o200k tokenizer, temperature 1)
+#   5. (PARTS=sampler) the shipping sampler's cost inside `neural bench decode`: greedy, temperature 1
+#      and temperature 1 + top-p 0.9, 64 tokens at depth 0
 # PARTS (default cold,inproc,long,replay) picks the steps. Results in $OUT: results.tgz, table.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -38,6 +40,8 @@ for k in sorted(r['summary']):
 fi
 part long && gpu long-3k 50 prompt "$CK" --tokens 3000 --repeats 2 --followup 600 --warmup 0
 part long && gpu long-13k 55 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0
+part sampler && gpu sampler 90 decode "$CK" --tokens 64 --depth 0 --temperature 0,1 --top-p 1,0.9 --repeats 2 \
+  --warmup 1
 part replay && [ "$(left)" -gt 140 ] && serve_replay "$CK" "$(( $(left) - 15 ))" && grep "access" "$OUT/api.log" | sed 's/.*access: //'
 "$PY" -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
 "$PY" - "$OUT" <<'PY' | tee -a "$OUT/table.md"
@@ -54,6 +58,8 @@ for f in sorted(out.glob("*.json"), key=lambda p: p.stat().st_mtime):
         continue
     print(f.stem, "calibration", {k: round(v, 4) for k, v in r.get("split_calibration", {}).items()})
     for row in r.get("results", []):
+        if "prompt_tokens" not in row:  # a decode result (the sampler part)
+            continue
         fu = row.get("followup") or {}
         for tag, sp, runs in (("first", row.get("prompt_split", {}), row.get("runs_s", [])),
                               ("follow", fu.get("prompt_split", {}), fu.get("runs_s", []))):
@@ -65,6 +71,13 @@ try:
           "decode tok/s", round(s["decode_tps"], 2))
 except (OSError, ValueError, KeyError) as e:
     print("replay: no summary", e)
+try:
+    for s in json.loads((out / "sampler.json").read_text())["results"][0]["sampling"]:
+        print(f"sampler T={s['temperature']} top_p={s['top_p']}: {s['tokens_per_s']['median']:.2f} tok/s, "
+              f"sampler {s['sample_ms_per_token']['median']:.3f} ms/token, sampler over greedy "
+              f"{s.get('sample_over_greedy_ms')} ms, token over greedy {s.get('ms_per_token_over_greedy')} ms")
+except (OSError, ValueError, KeyError, IndexError) as e:
+    print("sampler: no result", e)
 PY
 echo "done ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
 (cd "$OUT" && tar czf /tmp/results.tgz --exclude=results.tgz . && find . -mindepth 1 ! -name table.md -delete && mv /tmp/results.tgz .)
