@@ -59,3 +59,18 @@ synth_120b() {
   [ -f "$1/SYNTHETIC.json" ] || "$PY" -m app.cli.main synth --preset 120b-shape --layers 36 --seed 1 \
     --jobs 8 --fast --out "$1" >"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
 }
+# inproc_ab CKPT CONFIGS LOG: bench.gpu.lookahead_ab (lookahead slots / CPU share configurations
+# alternated inside one process, $INPROC_ROUNDS mirrored rounds) into $OUT/lookahead_ab.txt, its
+# summary printed and kept in $OUT/inproc.md
+inproc_ab() {
+  echo "== inproc ($(( $(date +%s) - T0 )) s)" | tee -a "$3"
+  timeout "${INPROC_TIMEOUT:-300}" "$PY" -m bench.gpu.lookahead_ab "$1" --rounds "${INPROC_ROUNDS:-4}" \
+    --configs "$2" --json >"$OUT/lookahead_ab.txt" 2>>"$3" || echo "lookahead_ab exited $?" | tee -a "$3"
+  "$PY" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(r['plan']); print('load', round(r['load_s'], 1), 'layers ready', r['layers_ready'], r['calibration'])
+for k in sorted(r['summary']):
+    v = r['summary'][k]; print(f\"{k:24s} median {v['median']:.3f} mean {v['mean']:.3f} {v['runs']}\")
+" "$OUT/lookahead_ab.txt" 2>&1 | tee "$OUT/inproc.md"
+}

@@ -25,46 +25,17 @@ PARTS=${PARTS:-cold,inproc,long,replay}
 echo "synth done ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
 gpu() { bench_run "$1" "$2" "$LOG" "${@:3}" --backend gpu --budget-gib 12 --threads 8; }
 part cold && gpu cold-600 90 prompt "$CK" --tokens 600 --repeats 2 --followup 600 --warmup 0
-if part inproc; then
-  echo "== inproc ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
-  timeout 240 "$PY" -m bench.gpu.lookahead_ab "$CK" --rounds "${INPROC_ROUNDS:-4}" \
-    --configs "${INPROC_CONFIGS:-28@0.9,28@1.0,28@0.8}" --json >"$OUT/lookahead_ab.txt" 2>>"$LOG" \
-    || echo "lookahead_ab exited $?" | tee -a "$LOG"
-  "$PY" -c "
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(r['plan']); print('load', round(r['load_s'], 1), 'layers ready', r['layers_ready'], r['calibration'])
-for k in sorted(r['summary']):
-    v = r['summary'][k]; print(f\"{k:24s} median {v['median']:.3f} mean {v['mean']:.3f} {v['runs']}\")
-" "$OUT/lookahead_ab.txt" 2>&1 | tee "$OUT/inproc.md"
-fi
+part inproc && INPROC_TIMEOUT=240 inproc_ab "$CK" "${INPROC_CONFIGS:-28@0.9,28@1.0,28@0.8}" "$LOG"
 part long && gpu long-3k 50 prompt "$CK" --tokens 3000 --repeats 2 --followup 600 --warmup 0
 part long && gpu long-13k 55 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0
 part sampler && gpu sampler 90 decode "$CK" --tokens 64 --depth 0 --temperature 0,1 --top-p 1,0.9 --repeats 2 \
   --warmup 1
 part replay && [ "$(left)" -gt 140 ] && serve_replay "$CK" "$(( $(left) - 15 ))" && grep "access" "$OUT/api.log" | sed 's/.*access: //'
 "$PY" -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
+"$PY" -m bench.harness.ttft_splits "$OUT" | tee -a "$OUT/table.md"
 "$PY" - "$OUT" <<'PY' | tee -a "$OUT/table.md"
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
-keys = ("wall", "gpu_copies", "gpu_copies_ahead", "cpu_jobs", "cpu_wait", "launch", "cpu_experts", "direct_experts",
-        "ahead_experts", "ahead_used", "lane_cpu_observed_s", "lane_cpu_predicted_s")
-for f in sorted(out.glob("*.json"), key=lambda p: p.stat().st_mtime):
-    try:
-        r = json.loads(f.read_text())
-    except ValueError:
-        print(f.name, "unreadable"); continue
-    if "results" not in r:
-        continue
-    print(f.stem, "calibration", {k: round(v, 4) for k, v in r.get("split_calibration", {}).items()})
-    for row in r.get("results", []):
-        if "prompt_tokens" not in row:  # a decode result (the sampler part)
-            continue
-        fu = row.get("followup") or {}
-        for tag, sp, runs in (("first", row.get("prompt_split", {}), row.get("runs_s", [])),
-                              ("follow", fu.get("prompt_split", {}), fu.get("runs_s", []))):
-            print(f.stem, row["prompt_tokens"], tag, [round(x, 3) for x in runs],
-                  {k: round(sp.get(k, 0), 3) for k in keys})
 try:
     s = json.loads((out / "replay-api.txt").read_text())["summary"]["endpoints"]["neural"]
     print("replay TTFT runs (first, follow-ups):", [round(x, 3) for x in s["ttft_s"]["runs"]],

@@ -41,47 +41,9 @@ if part ab; then
 fi
 part long && gpu long-3k 45 prompt "$CK" --tokens 3000 --repeats 2 --followup 600 --warmup 0
 part long && gpu long-13k 50 prompt "$CK" --tokens 13000 --repeats 1 --followup 600 --warmup 0
-if part inproc; then
-  echo "== inproc ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
-  timeout 300 "$PY" -m bench.gpu.lookahead_ab "$CK" --rounds "${INPROC_ROUNDS:-4}" \
-    --configs "${INPROC_CONFIGS:-0,16,28,16@0.9,28@0.9,0@0.9}" --json >"$OUT/lookahead_ab.txt" 2>>"$LOG" \
-    || echo "lookahead_ab exited $?" | tee -a "$LOG"
-  "$PY" -c "
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(r['plan']); print('load', round(r['load_s'], 1), 'layers ready', r['layers_ready'], r['calibration'])
-for k in sorted(r['summary']):
-    v = r['summary'][k]; print(f\"{k:24s} median {v['median']:.3f} mean {v['mean']:.3f} {v['runs']}\")
-" "$OUT/lookahead_ab.txt" 2>&1 | tee "$OUT/inproc.md"
-fi
+part inproc && INPROC_TIMEOUT=300 inproc_ab "$CK" "${INPROC_CONFIGS:-0,16,28,16@0.9,28@0.9,0@0.9}" "$LOG"
 part replay && [ "$(left)" -gt 140 ] && serve_replay "$CK" 120 && grep "access" "$OUT/api.log" | sed 's/.*access: //'
 "$PY" -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
-"$PY" - "$OUT" <<'PY' | tee -a "$OUT/table.md"
-import json, pathlib, statistics, sys
-out = pathlib.Path(sys.argv[1])
-keys = ("wall", "gpu_copies", "gpu_copies_ahead", "cpu_jobs", "cpu_wait", "launch", "cpu_experts", "direct_experts",
-        "ahead_experts", "ahead_used", "lane_cpu_observed_s", "lane_cpu_predicted_s")
-by_cfg: dict[str, list[float]] = {}
-for f in sorted(out.glob("*.json"), key=lambda p: p.stat().st_mtime):
-    try:
-        r = json.loads(f.read_text())
-    except ValueError:
-        print(f.name, "unreadable"); continue
-    if "results" not in r:
-        continue
-    print(f.stem, "calibration", {k: round(v, 4) for k, v in r.get("split_calibration", {}).items()})
-    for row in r.get("results", []):
-        fu = row.get("followup") or {}
-        for tag, sp, runs in (("first", row.get("prompt_split", {}), row.get("runs_s", [])),
-                              ("follow", fu.get("prompt_split", {}), fu.get("runs_s", []))):
-            print(f.stem, row["prompt_tokens"], tag, [round(x, 3) for x in runs],
-                  {k: round(sp.get(k, 0), 3) for k in keys})
-            if f.stem.startswith("ab-"):
-                by_cfg.setdefault(f"{f.stem.rsplit('-', 1)[1]} {tag}", []).extend(runs)
-print("\nA/B (600 tokens; A lookahead 0, B default 16, D 28, C 16 + prompt_cpu_share 0.9), seconds:")
-for k in sorted(by_cfg):
-    v = by_cfg[k]
-    print(f"  {k}: runs {[round(x, 3) for x in v]} median {statistics.median(v):.3f} mean {statistics.mean(v):.3f}")
-PY
+"$PY" -m bench.harness.ttft_splits "$OUT" | tee -a "$OUT/table.md"
 echo "done ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
 (cd "$OUT" && tar czf /tmp/results.tgz --exclude=results.tgz . && find . -mindepth 1 -delete && mv /tmp/results.tgz .)
