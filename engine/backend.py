@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 
 from .checkpoint import Checkpoint
-from .reference import ExpertsFn, KVCache, Projection, ReferenceModel, cpu_has_bf16_gemm
+from .reference import DecodeAttention, ExpertsFn, KVCache, Projection, ReferenceModel, cpu_has_bf16_gemm
 from .types import CancelToken, Telemetry
 
 ProgressFn = Callable[[int, int], None]
@@ -62,10 +62,11 @@ class ReferenceBackend:
     """CPU backend: the exact reference math, experts optionally by the native kernel."""
 
     def __init__(self, ck: Checkpoint, dtype: torch.dtype, block: int = 256, experts_fn: ExpertsFn | None = None,
-                 name: str = "cpu-reference", native_linear: Projection | None = None) -> None:
+                 name: str = "cpu-reference", native_linear: Projection | None = None,
+                 native_attention: DecodeAttention | None = None) -> None:
         self.name = name
         self.model = ReferenceModel(ck, dtype, experts_fn=experts_fn, bf16_gemm=cpu_has_bf16_gemm(),
-                                    native_linear=native_linear)
+                                    native_linear=native_linear, native_attention=native_attention)
         self.cache = self.model.new_cache()
         self.block = block
 

@@ -42,6 +42,14 @@ class Projection(Protocol):
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None: ...
 
 
+class DecodeAttention(Protocol):
+    """One query row's attention (q fp32 [heads, 1, D], K/V [kv_heads, S, D] it sees, sinks, scale) ->
+    fp32 [1, heads * D] before o_proj, where the implementation applies, else None."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor,
+                 scale: float) -> torch.Tensor | None: ...
+
+
 class ExpertsFn(Protocol):
     """(layer, normalized hidden [T, H], expert ids [T, k], routing weights [T, k]) -> [T, H];
     ``check`` is called between expert groups so that a long prompt can be stopped."""
@@ -214,7 +222,7 @@ class ReferenceModel:
 
     def __init__(self, ck: Checkpoint, dtype: torch.dtype = torch.float32, experts_fn: ExpertsFn | None = None,
                  expert_cache_bytes: int = 256 << 20, bf16_gemm: bool = False,
-                 native_linear: Projection | None = None) -> None:
+                 native_linear: Projection | None = None, native_attention: DecodeAttention | None = None) -> None:
         self.ck = ck
         self.cfg = ck.config
         self.dtype = dtype
@@ -223,6 +231,8 @@ class ReferenceModel:
         self._packed = PackedLinear() if self.bf16_gemm else None  # one-token GEMVs too (packed_linear.py)
         # one-token bf16 projections on the native kernel (native_linear.py), before the above
         self._native = native_linear if dtype == torch.bfloat16 else None
+        # one decode token's attention on the native kernel (native_attention.py): bf16 K/V read once
+        self._native_attn = native_attention if dtype == torch.bfloat16 else None
         self._dense: dict[str, torch.Tensor] = {}
         self._experts = DequantizedExperts(ck, dtype, expert_cache_bytes)
         self._check: Check | None = None
@@ -274,8 +284,12 @@ class ReferenceModel:
         window = cfg.sliding_window if cfg.is_sliding(layer) else 0
         # only the keys some row can see get an fp32 copy (a sliding layer's window, not the cache)
         base = max(0, int(positions[0]) - window + 1) if window else 0
-        kf, vf = k_all[:, base:].float(), v_all[:, base:].float()
         sink = self.w(p + "sinks").float().view(kvh, g, 1)
+        if T == 1 and self._native_attn is not None:  # one row sees every key from base on: no mask
+            o1 = self._native_attn(qf, k_all[:, base:], v_all[:, base:], sink, D ** -0.5)
+            if o1 is not None:
+                return self.linear(o1.to(self.dtype), self.w(p + "o_proj.weight"), self.w(p + "o_proj.bias"))
+        kf, vf = k_all[:, base:].float(), v_all[:, base:].float()
         step = T if block <= 0 else query_rows(block, cfg.num_attention_heads, int(positions[-1]) + 1 - base)
         outs = []
         for s in range(0, T, step):

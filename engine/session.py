@@ -94,13 +94,15 @@ def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProg
         try:
             from native.kernel import load_kernel
 
+            from .native_attention import NativeAttention
             from .native_linear import NativeLinear
             from .store.experts_cpu import native_experts_fn  # type: ignore[import-not-found]
 
             fn = native_experts_fn(ck, threads=settings.threads(), store_path=store_path,
                                    bf16_inputs=dtype == torch.bfloat16)
-            return ReferenceBackend(ck, dtype, experts_fn=fn, name="cpu-native",
-                                    native_linear=NativeLinear(load_kernel())), note
+            kernel = load_kernel()
+            return ReferenceBackend(ck, dtype, experts_fn=fn, name="cpu-native", native_linear=NativeLinear(kernel),
+                                    native_attention=NativeAttention(kernel)), note
         except Exception as exc:  # the extension may be missing or fail to load: fall back, say why
             msg = f"native CPU expert kernel unavailable ({exc}); using the PyTorch reference"
             log.warning(msg)

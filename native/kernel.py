@@ -267,6 +267,25 @@ class NativeKernel:
         return out
 
 
+    def attn_decode_bf16(self, k: int, v: int, head_stride: int, kv_heads: int, t: int, q: np.ndarray,
+                         sinks: np.ndarray, scale: float, round_p: bool, out: np.ndarray | None = None) -> np.ndarray:
+        """One query token's attention over bf16 K/V at the addresses ``k`` and ``v`` (kept alive by the
+        caller): ``kv_heads`` blocks of ``t`` rows of ``d`` bf16 values, ``head_stride`` elements apart;
+        ``q`` fp32 [kv_heads * group, d], ``sinks`` fp32 [kv_heads * group]; fp32 [kv_heads * group, d] in
+        the order of neural_experts.h (scores, softmax with the sink, probabilities rounded to bf16 when
+        ``round_p``, then P.V), on the thread team."""
+        if q.ndim != 2 or q.shape[0] % kv_heads:
+            raise ValueError(f"q must be [kv_heads * group, head_dim], got {q.shape} for {kv_heads} kv heads")
+        rows, d = q.shape
+        if out is None:
+            out = np.empty((rows, d), np.float32)
+        rc = self.lib.neural_attn_decode_bf16(
+            self.ffi.cast("const uint16_t *", k), self.ffi.cast("const uint16_t *", v), head_stride, kv_heads, t, d,
+            rows // kv_heads, self._f32(q, (rows, d), "q"), self._f32(sinks, (rows,), "sinks"), scale,
+            1 if round_p else 0, self._f32(out, (rows, d), "out", writable=True))
+        self._check(rc, "attn_decode_bf16")
+        return out
+
 _lock = threading.Lock()
 _kernel: NativeKernel | None = None
 _error: str | None = None

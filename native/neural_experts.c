@@ -292,6 +292,104 @@ int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a
     return NEURAL_OK;
 }
 
+/* ---- one decode token's attention over bf16 K/V (the CPU engine) ---- */
+typedef struct {
+    const uint16_t *k, *v;
+    int64_t hs; /* elements from one kv head to the next, in k and in v */
+    int kvh, t, d, g, round_p;
+    const float *q, *sinks;
+    float scale;
+    float *out, *scores; /* scores: [kvh * g][t] */
+    const neural_kernels *kf;
+    volatile long next;
+} attn_job;
+
+static void attn_work(void *ctx, int tid) {
+    attn_job *j = (attn_job *)ctx;
+    const int t = j->t, d = j->d, g = j->g;
+    float acc[NEURAL_MAX_GROUP * NEURAL_MAX_HEAD_DIM], vf[NEURAL_MAX_HEAD_DIM], denom[NEURAL_MAX_GROUP];
+    (void)tid;
+    for (;;) {
+        long h = neural_next_chunk(&j->next);
+        if (h >= j->kvh) break;
+        const uint16_t *kh = j->k + (size_t)h * (size_t)j->hs, *vh = j->v + (size_t)h * (size_t)j->hs;
+        float *sh = j->scores + (size_t)h * (size_t)g * (size_t)t;
+        for (int qi = 0; qi < g; qi++) {
+            const long row = h * g + qi;
+            const float *q = j->q + (size_t)row * (size_t)d;
+            float *s = sh + (size_t)qi * (size_t)t;
+            for (int r = 0; r < t; r += 4) { /* the scores: K's rows in the 16-lane order */
+                int n = t - r < 4 ? t - r : 4;
+                const uint16_t *wp[4];
+                float o[4];
+                for (int i = 0; i < 4; i++) wp[i] = kh + (size_t)(r + (i < n ? i : n - 1)) * (size_t)d;
+                j->kf->gemv4_bf16(wp, q, d, o);
+                for (int i = 0; i < n; i++) s[r + i] = o[i] * j->scale;
+            }
+            float m = j->sinks[row];
+            for (int i = 0; i < t; i++) m = s[i] > m ? s[i] : m;
+            float sum = 0.0f, e[16];
+            int i = 0;
+            if (j->kf->exp16)
+                for (; i + 16 <= t; i += 16) {
+                    for (int l = 0; l < 16; l++) e[l] = s[i + l] - m;
+                    j->kf->exp16(e, e);
+                    for (int l = 0; l < 16; l++) {
+                        sum = sum + e[l];
+                        s[i + l] = j->round_p ? bf16_float(to_bf16(e[l])) : e[l];
+                    }
+                }
+            for (; i < t; i++) {
+                e[0] = neural_expf(s[i] - m);
+                sum = sum + e[0];
+                s[i] = j->round_p ? bf16_float(to_bf16(e[0])) : e[0];
+            }
+            denom[qi] = sum + neural_expf(j->sinks[row] - m);
+        }
+        /* P.V in key order: each V row converted once for the group's query heads; elementwise
+           products and sums (no contraction), so vectorized or not the bits are the same */
+        for (int c = 0; c < g * d; c++) acc[c] = 0.0f;
+        if (g == 8 && j->kf->pv8_bf16)
+            j->kf->pv8_bf16(vh, t, d, sh, (size_t)t, acc);
+        else
+            for (int i = 0; i < t; i++) {
+                const uint16_t *vr = vh + (size_t)i * (size_t)d;
+                for (int c = 0; c < d; c++) vf[c] = bf16_float(vr[c]);
+                for (int qi = 0; qi < g; qi++) {
+                    const float p = sh[(size_t)qi * (size_t)t + (size_t)i];
+                    float *a = acc + (size_t)qi * (size_t)d;
+                    for (int c0 = 0; c0 < d; c0 += 16)
+                        for (int l = 0; l < 16; l++) a[c0 + l] = a[c0 + l] + p * vf[c0 + l];
+                }
+            }
+        for (int qi = 0; qi < g; qi++) {
+            float *o = j->out + (size_t)(h * g + qi) * (size_t)d;
+            for (int c = 0; c < d; c++) o[c] = acc[(size_t)qi * (size_t)d + c] / denom[qi];
+        }
+    }
+}
+
+int neural_attn_decode_bf16(const uint16_t *k, const uint16_t *v, int64_t head_stride, int kv_heads, int t, int d,
+                            int group, const float *q, const float *sinks, float scale, int round_p, float *out) {
+    if (!k || !v || !q || !sinks || !out || kv_heads < 1 || t < 1 || group < 1 || d < 16 || d % 16
+        || d > NEURAL_MAX_HEAD_DIM || group > NEURAL_MAX_GROUP || head_stride < (int64_t)t * d)
+        return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    float *scores = workspace((size_t)kv_heads * (size_t)group * (size_t)t);
+    if (!scores) {
+        nm_unlock(&api_lock);
+        return NEURAL_ENOMEM;
+    }
+    attn_job j;
+    memset(&j, 0, sizeof j);
+    j.k = k, j.v = v, j.hs = head_stride, j.kvh = kv_heads, j.t = t, j.d = d, j.g = group, j.round_p = round_p;
+    j.q = q, j.sinks = sinks, j.scale = scale, j.out = out, j.scores = scores, j.kf = kern;
+    neural_team_run(attn_work, &j);
+    nm_unlock(&api_lock);
+    return NEURAL_OK;
+}
+
 /* ---- record layout ---- */
 static int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 

@@ -172,6 +172,17 @@ float neural_expf(float x);
  * from +0, then the NUMERICS tree, then + bias in fp32. Rows are split over the thread team;
  * every ISA path gives the same bits. The CPU engine's one-token projections (dense layers, head). */
 int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int cols, const float *x, float *out);
+/* One query token's attention over bf16 K/V (the CPU engine's decode), per query head r = kv * group + j:
+ * s_i = fp32(dot(q[r], K[kv][i])) * scale over the t keys (dot in neural_linear_bf16's 16-lane order),
+ * m = max(sinks[r], s_0 .. s_{t-1}), e_i = neural_expf(s_i - m), denom = ((e_0 + e_1) + ...) + neural_expf(sinks[r] - m)
+ * in key order, p_i = e_i rounded to bf16 when round_p, out[r][c] = (sum over i in key order of p_i * V[kv][i][c]) / denom.
+ * K and V are [kv_heads] blocks of [t][d] bf16 rows, head_stride elements apart; d a multiple of 16, at most
+ * NEURAL_MAX_HEAD_DIM; group at most NEURAL_MAX_GROUP; q, out [kv_heads * group][d] fp32. Heads are split over the team;
+ * every ISA gives the same bits. */
+#define NEURAL_MAX_HEAD_DIM 256
+#define NEURAL_MAX_GROUP 16
+int neural_attn_decode_bf16(const uint16_t *k, const uint16_t *v, int64_t head_stride, int kv_heads, int t, int d,
+                            int group, const float *q, const float *sinks, float scale, int round_p, float *out);
 /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < npairs on the current ISA path (for the tests). */
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 

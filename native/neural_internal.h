@@ -66,6 +66,12 @@ typedef struct neural_kernels {
     /* out[i] = dot(w[i][0..n), x) for 4 bf16 rows (n a multiple of 16) in the canonical order of
        neural_linear_bf16 (neural_experts.h) */
     void (*gemv4_bf16)(const uint16_t *const w[4], const float *x, int n, float out[4]);
+    /* decode attention's P.V for a group of 8 query heads: acc[j * d + c] = acc[j * d + c] + p[j * ps + i] *
+       v[i * d + c] for the keys i = 0..t-1 in order, c < d (a multiple of 16), v bf16 rows: a product then a
+       sum, no contraction, so the bits of the scalar loop (NULL: the caller runs that loop) */
+    void (*pv8_bf16)(const uint16_t *v, int t, int d, const float *p, size_t ps, float *acc);
+    /* out[l] = neural_expf(x[l]) for l < 16, its exact operations (NULL: the scalar code) */
+    void (*exp16)(const float *x, float *out);
 } neural_kernels;
 
 /*

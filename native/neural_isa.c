@@ -144,7 +144,7 @@ static void gemv4_scalar(const uint16_t *const w[4], const float *x, int n, floa
 }
 
 const neural_kernels neural_kernels_scalar = {1, dot4_scalar, decode4_scalar, tile4_scalar, 0, NULL, read_scalar, NULL,
-                                              gemv4_scalar};
+                                              gemv4_scalar, NULL, NULL};
 
 #if NEURAL_X86
 /* ------------------------------------------------------------------------------------------ */
@@ -314,7 +314,21 @@ NEURAL_TARGET_AVX2 static void gemv4_avx2(const uint16_t *const w[4], const floa
     for (int r = 0; r < 4; r++) out[r] = hsum8_avx2(al[r], ah[r]);
 }
 
-const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL, gemv4_avx2};
+NEURAL_TARGET_AVX2 static void pv8_avx2(const uint16_t *v, int t, int d, const float *p, size_t ps, float *acc) {
+    for (int c0 = 0; c0 < d; c0 += 8) {
+        __m256 a[8];
+        NEURAL_UNROLL for (int j = 0; j < 8; j++) a[j] = _mm256_loadu_ps(acc + (size_t)j * (size_t)d + c0);
+        for (int i = 0; i < t; i++) {
+            const __m256 x = BF16X8_AVX2(v + (size_t)i * (size_t)d + c0);
+            NEURAL_UNROLL for (int j = 0; j < 8; j++)
+                a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(_mm256_set1_ps(p[(size_t)j * ps + (size_t)i]), x));
+        }
+        NEURAL_UNROLL for (int j = 0; j < 8; j++) _mm256_storeu_ps(acc + (size_t)j * (size_t)d + c0, a[j]);
+    }
+}
+
+const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL, gemv4_avx2,
+                                            pv8_avx2, NULL};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
@@ -491,21 +505,10 @@ NEURAL_TARGET_AVX512 static uint64_t read_avx512(const uint8_t *p, size_t n) {
     return s ^ read_scalar(p + i, n - i);
 }
 
-/* SwiGLU of 16 gate/up pairs: the scalar swiglu() and neural_expf() of neural_experts.c operation
-   for operation (same constants, same order, no contraction; the special cases as masks), so the
-   bits are the same; a few per cent of a token on the Xeon host went to the scalar loop. */
-NEURAL_TARGET_AVX512 static void swiglu16_avx512(const float *h, float limit, float alpha, float *a) {
-    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i io = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    const __m512 v0 = _mm512_loadu_ps(h), v1 = _mm512_loadu_ps(h + 16);
-    __m512 g = _mm512_permutex2var_ps(v0, ie, v1), u = _mm512_permutex2var_ps(v0, io, v1);
-    const __m512 lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit), one = _mm512_set1_ps(1.0f);
-    g = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, lim, _CMP_GT_OQ), g, lim);
-    const __mmask16 hi = _mm512_cmp_ps_mask(u, lim, _CMP_GT_OQ), lo = _mm512_cmp_ps_mask(u, nlim, _CMP_LT_OQ);
-    u = _mm512_mask_blend_ps(hi, _mm512_mask_blend_ps(lo, u, nlim), lim);
-    /* x = -(alpha * g); exp(x) as neural_expf */
-    const __m512 x = _mm512_castsi512_ps(_mm512_xor_si512(
-        _mm512_castps_si512(_mm512_mul_ps(_mm512_set1_ps(alpha), g)), _mm512_set1_epi32((int)0x80000000u)));
+/* neural_expf of 16 lanes, operation for operation (same constants, same order, no contraction; the
+   special cases as masks) */
+NEURAL_TARGET_AVX512 static inline __m512 expf16_avx512(const __m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f);
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     const __mmask16 over = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ);
     const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.972084045410156f), _CMP_LT_OQ);
@@ -530,7 +533,29 @@ NEURAL_TARGET_AVX512 static void swiglu16_avx512(const float *h, float limit, fl
     __m512 e = _mm512_mul_ps(_mm512_mul_ps(p, p1), p2);
     e = _mm512_mask_blend_ps(under, e, _mm512_setzero_ps());
     e = _mm512_mask_blend_ps(over, e, _mm512_set1_ps(HUGE_VALF));
-    e = _mm512_mask_blend_ps(nan, e, _mm512_add_ps(x, x));
+    return _mm512_mask_blend_ps(nan, e, _mm512_add_ps(x, x));
+}
+
+NEURAL_TARGET_AVX512 static void exp16_avx512(const float *x, float *out) {
+    _mm512_storeu_ps(out, expf16_avx512(_mm512_loadu_ps(x)));
+}
+
+/* SwiGLU of 16 gate/up pairs: the scalar swiglu() and neural_expf() of neural_experts.c operation
+   for operation (same constants, same order, no contraction; the special cases as masks), so the
+   bits are the same; a few per cent of a token on the Xeon host went to the scalar loop. */
+NEURAL_TARGET_AVX512 static void swiglu16_avx512(const float *h, float limit, float alpha, float *a) {
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512 v0 = _mm512_loadu_ps(h), v1 = _mm512_loadu_ps(h + 16);
+    __m512 g = _mm512_permutex2var_ps(v0, ie, v1), u = _mm512_permutex2var_ps(v0, io, v1);
+    const __m512 lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit), one = _mm512_set1_ps(1.0f);
+    g = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, lim, _CMP_GT_OQ), g, lim);
+    const __mmask16 hi = _mm512_cmp_ps_mask(u, lim, _CMP_GT_OQ), lo = _mm512_cmp_ps_mask(u, nlim, _CMP_LT_OQ);
+    u = _mm512_mask_blend_ps(hi, _mm512_mask_blend_ps(lo, u, nlim), lim);
+    /* x = -(alpha * g); exp(x) as neural_expf */
+    const __m512 x = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(_mm512_mul_ps(_mm512_set1_ps(alpha), g)), _mm512_set1_epi32((int)0x80000000u)));
+    const __m512 e = expf16_avx512(x);
     const __m512 sig = _mm512_div_ps(one, _mm512_add_ps(one, e));
     _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_add_ps(u, one)));
 }
@@ -550,8 +575,42 @@ NEURAL_TARGET_AVX512 static void gemv4_avx512(const uint16_t *const w[4], const 
     hsum4_avx512(a0, a1, a2, a3, out);
 }
 
+NEURAL_TARGET_AVX512 static void pv8_avx512(const uint16_t *v, int t, int d, const float *p, size_t ps, float *acc) {
+    int c0 = 0;
+    for (; c0 + 32 <= d; c0 += 32) { /* 16 accumulators + 2 rows in registers */
+        __m512 a[8], b[8];
+        NEURAL_UNROLL for (int j = 0; j < 8; j++) {
+            a[j] = _mm512_loadu_ps(acc + (size_t)j * (size_t)d + c0);
+            b[j] = _mm512_loadu_ps(acc + (size_t)j * (size_t)d + c0 + 16);
+        }
+        for (int i = 0; i < t; i++) {
+            const uint16_t *vr = v + (size_t)i * (size_t)d + c0;
+            const __m512 x0 = BF16X16_AVX512(vr), x1 = BF16X16_AVX512(vr + 16);
+            NEURAL_UNROLL for (int j = 0; j < 8; j++) {
+                const __m512 pj = _mm512_set1_ps(p[(size_t)j * ps + (size_t)i]);
+                a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(pj, x0));
+                b[j] = _mm512_add_ps(b[j], _mm512_mul_ps(pj, x1));
+            }
+        }
+        NEURAL_UNROLL for (int j = 0; j < 8; j++) {
+            _mm512_storeu_ps(acc + (size_t)j * (size_t)d + c0, a[j]);
+            _mm512_storeu_ps(acc + (size_t)j * (size_t)d + c0 + 16, b[j]);
+        }
+    }
+    for (; c0 < d; c0 += 16) {
+        __m512 a[8];
+        NEURAL_UNROLL for (int j = 0; j < 8; j++) a[j] = _mm512_loadu_ps(acc + (size_t)j * (size_t)d + c0);
+        for (int i = 0; i < t; i++) {
+            const __m512 x0 = BF16X16_AVX512(v + (size_t)i * (size_t)d + c0);
+            NEURAL_UNROLL for (int j = 0; j < 8; j++)
+                a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(_mm512_set1_ps(p[(size_t)j * ps + (size_t)i]), x0));
+        }
+        NEURAL_UNROLL for (int j = 0; j < 8; j++) _mm512_storeu_ps(acc + (size_t)j * (size_t)d + c0, a[j]);
+    }
+}
+
 const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, decode4_avx512, tile4_avx512, 0, rows4tok_avx512,
-                                              read_avx512, swiglu16_avx512, gemv4_avx512};
+                                              read_avx512, swiglu16_avx512, gemv4_avx512, pv8_avx512, exp16_avx512};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512 BF16: the same arithmetic with vdpbf16ps. The inputs are bf16-exact and never below
@@ -656,5 +715,6 @@ NEURAL_TARGET_AVX512BF16 static void tile4_avx512bf16(const void *qv, const floa
 }
 
 const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, decode4_avx512bf16, tile4_avx512bf16, 1, NULL,
-                                                  read_avx512, swiglu16_avx512, gemv4_avx512};
+                                                  read_avx512, swiglu16_avx512, gemv4_avx512, pv8_avx512,
+                                                  exp16_avx512};
 #endif
