@@ -252,6 +252,20 @@ typedef struct {
 
 #define CH_LINEAR 64 /* rows per chunk: 368 KB of a 2880-wide bf16 matrix */
 
+/* out[r - r0] = dot(w[r], x) for the bf16 rows r0..r1-1 of width cols, 4 rows per gemv4_bf16 call
+   (a tail of 1-3 rows repeats its last row) */
+static void gemv_rows(const neural_kernels *kf, const uint16_t *w, int cols, const float *x, long r0, long r1,
+                      float *out) {
+    for (long r = r0; r < r1; r += 4) {
+        int n = (int)(r1 - r < 4 ? r1 - r : 4);
+        const uint16_t *wp[4];
+        float o[4];
+        for (int i = 0; i < 4; i++) wp[i] = w + (size_t)(r + (i < n ? i : n - 1)) * (size_t)cols;
+        kf->gemv4_bf16(wp, x, cols, o);
+        for (int i = 0; i < n; i++) out[r - r0 + i] = o[i];
+    }
+}
+
 static void linear_work(void *ctx, int tid) {
     (void)tid;
     linear_job *j = (linear_job *)ctx;
@@ -259,14 +273,9 @@ static void linear_work(void *ctx, int tid) {
         long c = neural_next_chunk(&j->next);
         if (c >= j->nchunks) break;
         long r0 = c * CH_LINEAR, r1 = r0 + CH_LINEAR < j->rows ? r0 + CH_LINEAR : j->rows;
-        for (long r = r0; r < r1; r += 4) {
-            int n = (int)(r1 - r < 4 ? r1 - r : 4);
-            const uint16_t *wp[4];
-            float o[4];
-            for (int i = 0; i < 4; i++) wp[i] = j->w + (size_t)(r + (i < n ? i : n - 1)) * (size_t)j->cols;
-            j->kf->gemv4_bf16(wp, j->x, j->cols, o);
-            for (int i = 0; i < n; i++) j->out[r + i] = j->bias ? o[i] + bf16_float(j->bias[r + i]) : o[i];
-        }
+        gemv_rows(j->kf, j->w, j->cols, j->x, r0, r1, j->out + r0);
+        if (j->bias)
+            for (long r = r0; r < r1; r++) j->out[r] = j->out[r] + bf16_float(j->bias[r]);
     }
 }
 
@@ -318,31 +327,21 @@ static void attn_work(void *ctx, int tid) {
             const long row = h * g + qi;
             const float *q = j->q + (size_t)row * (size_t)d;
             float *s = sh + (size_t)qi * (size_t)t;
-            for (int r = 0; r < t; r += 4) { /* the scores: K's rows in the 16-lane order */
-                int n = t - r < 4 ? t - r : 4;
-                const uint16_t *wp[4];
-                float o[4];
-                for (int i = 0; i < 4; i++) wp[i] = kh + (size_t)(r + (i < n ? i : n - 1)) * (size_t)d;
-                j->kf->gemv4_bf16(wp, q, d, o);
-                for (int i = 0; i < n; i++) s[r + i] = o[i] * j->scale;
-            }
+            gemv_rows(j->kf, kh, d, q, 0, t, s); /* the scores: K's rows in the 16-lane order */
             float m = j->sinks[row];
-            for (int i = 0; i < t; i++) m = s[i] > m ? s[i] : m;
-            float sum = 0.0f, e[16];
+            for (int i = 0; i < t; i++) {
+                s[i] = s[i] * j->scale;
+                m = s[i] > m ? s[i] : m;
+            }
+            for (int i = 0; i < t; i++) s[i] = s[i] - m;
             int i = 0;
             if (j->kf->exp16)
-                for (; i + 16 <= t; i += 16) {
-                    for (int l = 0; l < 16; l++) e[l] = s[i + l] - m;
-                    j->kf->exp16(e, e);
-                    for (int l = 0; l < 16; l++) {
-                        sum = sum + e[l];
-                        s[i + l] = j->round_p ? bf16_float(to_bf16(e[l])) : e[l];
-                    }
-                }
-            for (; i < t; i++) {
-                e[0] = neural_expf(s[i] - m);
-                sum = sum + e[0];
-                s[i] = j->round_p ? bf16_float(to_bf16(e[0])) : e[0];
+                for (; i + 16 <= t; i += 16) j->kf->exp16(s + i, s + i);
+            for (; i < t; i++) s[i] = neural_expf(s[i]);
+            float sum = 0.0f;
+            for (i = 0; i < t; i++) { /* key order */
+                sum = sum + s[i];
+                if (j->round_p) s[i] = bf16_float(to_bf16(s[i]));
             }
             denom[qi] = sum + neural_expf(j->sinks[row] - m);
         }
