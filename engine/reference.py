@@ -285,10 +285,20 @@ class ReferenceModel:
         # only the keys some row can see get an fp32 copy (a sliding layer's window, not the cache)
         base = max(0, int(positions[0]) - window + 1) if window else 0
         sink = self.w(p + "sinks").float().view(kvh, g, 1)
-        if T == 1 and self._native_attn is not None:  # one row sees every key from base on: no mask
+        o1 = None
+        if T == 1 and self._native_attn is not None:  # one decode row sees every key from base on: no mask
             o1 = self._native_attn(qf, k_all[:, base:], v_all[:, base:], sink, D ** -0.5)
-            if o1 is not None:
-                return self.linear(o1.to(self.dtype), self.w(p + "o_proj.weight"), self.w(p + "o_proj.bias"))
+        out = self._attend(qf, k_all, v_all, positions, base, window, sink, block, check) if o1 is None \
+            else o1.to(self.dtype)
+        return self.linear(out, self.w(p + "o_proj.weight"), self.w(p + "o_proj.bias"))
+
+    def _attend(self, qf: torch.Tensor, k_all: torch.Tensor, v_all: torch.Tensor, positions: torch.Tensor,
+                base: int, window: int, sink: torch.Tensor, block: int, check: Check | None) -> torch.Tensor:
+        """PyTorch attention of the query rows ``qf`` fp32 [heads, T, D] over the keys from ``base`` on, in
+        query blocks of at most ``block`` rows (bounded score memory): [T, heads * D] in the activation dtype."""
+        cfg = self.cfg
+        T = qf.shape[1]
+        kvh, g, D = cfg.num_key_value_heads, cfg.gqa_group, cfg.head_dim
         kf, vf = k_all[:, base:].float(), v_all[:, base:].float()
         step = T if block <= 0 else query_rows(block, cfg.num_attention_heads, int(positions[-1]) + 1 - base)
         outs = []
@@ -318,8 +328,7 @@ class ReferenceModel:
             o = torch.matmul(pe.view(kvh, g * n, S), vf[:, lo - base : lo - base + S]).view(kvh, g, n, D)
             o = o.div_(denom[..., None]).view(kvh * g, n, D)
             outs.append(o.transpose(0, 1).reshape(n, -1))  # [n, heads*D]
-        out = (outs[0] if len(outs) == 1 else torch.cat(outs)).to(self.dtype)
-        return self.linear(out, self.w(p + "o_proj.weight"), self.w(p + "o_proj.bias"))
+        return (outs[0] if len(outs) == 1 else torch.cat(outs)).to(self.dtype)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin of ``positions``, computed once per forward pass: every layer passes the same
