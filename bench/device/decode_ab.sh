@@ -23,7 +23,7 @@ cp native/_neural_native*.so .ab/old/native/ 2>/dev/null || echo "no native buil
 [ -f "$CKS/SYNTHETIC.json" ] || timeout 120 "$PY" -m app.cli.main synth --like "$CK" --routing static --skew 1.5 \
   --out "$CKS" >>"$OUT/synth.txt" 2>&1
 echo "checkpoints ready ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
-POOL=$("$PY" -c "from bench.harness.suite import scaled_pool_gib as s; p, why = s($LAYERS, 12.0, 16384, {}); print(f'{p:.6f}')")
+POOL=$(scaled_pool "$LAYERS")
 run() {  # NAME TREE CKPT
   local l
   l=$(left)

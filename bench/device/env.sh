@@ -74,3 +74,8 @@ for k in sorted(r['summary']):
     v = r['summary'][k]; print(f\"{k:24s} median {v['median']:.3f} mean {v['mean']:.3f} {v['runs']}\")
 " "$OUT/lookahead_ab.txt" 2>&1 | tee "$OUT/inproc.md"
 }
+# scaled_pool LAYERS: pool_gib for an L-layer run with the 36-layer 12 GiB plan's expert slots per layer
+# (bench.harness.suite.scaled_pool_gib), so that fewer layers keep the real machine's residency
+scaled_pool() {
+  "$PY" -c "from bench.harness.suite import scaled_pool_gib as s; p, why = s($1, 12.0, 16384, {}); print(f'{p:.6f}')"
+}

@@ -168,7 +168,7 @@ CUBLAS_DIR=$(cat "$LLAMA_DIR/cublas_libdir" 2>/dev/null)
 export LD_LIBRARY_PATH="${CUBLAS_DIR:+$CUBLAS_DIR:}${LD_LIBRARY_PATH:-}"
 
 # --- c. the mirrored runs ----------------------------------------------------------------------
-POOL=$("$PY" -c "from bench.harness.suite import scaled_pool_gib as s; p, why = s($LAYERS, 12.0, 16384, {}); print(f'{p:.6f}')")
+POOL=$(scaled_pool "$LAYERS")
 log "Neural pool_gib $POOL (36-layer plan's slots per layer, scaled to $LAYERS layers)"
 VRAM_PID=
 vram_watch() {  # sample the GPU's used memory while a run lasts; max printed by vram_stop
