@@ -15,8 +15,8 @@ warm-up run:
   not ``forward`` (a 201k-entry logits copy to the host per token).
 - the steps run inside the RAM residency's ``computing()``, as Engine._run's do (its background
   page warmer pauses).
-Prints one JSON line: tok_s_MEASURED, vram_hit_rate_MEASURED and routing_as_designed over the timed
-tokens (the last two GPU only), slots, static_slots.
+Prints one JSON line: tok_s_MEASURED, and over the timed tokens (GPU only) vram_hit_rate_MEASURED,
+routing_as_designed, cpu_experts_per_token and the decoder's phases_ms (ms per token), slots, static_slots.
 """
 
 from __future__ import annotations
@@ -29,6 +29,14 @@ import time
 from typing import Any
 
 import numpy as np
+
+
+PHASES = ("wall", "launch", "gpu_wait", "cpu", "admission", "tail")
+
+
+def _phase_totals(stats: Any) -> dict[str, float]:
+    """The decoder's accumulated phase seconds (StepStats), to difference over the timed tokens."""
+    return {k: float(getattr(stats, k)) for k in PHASES}
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
@@ -56,6 +64,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         if dec is not None:
             dec.record_routing = []
             h0, r0 = dec.stats.hits, dec.stats.routed
+            p0 = _phase_totals(dec.stats)
         t0 = time.perf_counter()
         for tok in timed:
             int(torch.argmax(forward([tok])))  # the greedy pick: a host sync per token, as the engine's sampler
@@ -64,6 +73,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                            "tokens": a.tokens, "prompt_s": round(prompt_s, 3), "tok_s_MEASURED": a.tokens / seconds}
     if dec is not None:
         out["vram_hit_rate_MEASURED"] = (dec.stats.hits - h0) / max(1, dec.stats.routed - r0)
+        out["cpu_experts_per_token"] = ((dec.stats.routed - r0) - (dec.stats.hits - h0)) / a.tokens
+        p1 = _phase_totals(dec.stats)
+        out["phases_ms"] = {k: round(1e3 * (p1[k] - p0[k]) / a.tokens, 3) for k in p0}
         got = np.sort(np.stack(dec.record_routing), axis=-1)
         want = designed_trace(tables, np.asarray(timed))
         out["routing_as_designed"] = float((got == want).all(-1).mean())
