@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-
 PHASES = ("wall", "launch", "gpu_wait", "cpu", "admission", "tail")
 
 
