@@ -603,27 +603,18 @@ static size_t units_bound(int k, long gu_rows, long dn_rows) {
     return (size_t)k * (size_t)((gu_rows + dn_rows) / CH_MIN + 2);
 }
 
-/* Rows of a shrinking chunk: a share of what is left, at least CH_MIN, at most cap, whole groups of 4. */
-static long shrink_rows(long left, long cap, int threads) {
-    long c = left / (2L * (threads > 0 ? threads : 1));
-    return (c < CH_MIN ? CH_MIN : (c > cap ? cap : c)) & ~3L;
-}
-
 static long plan_units(moe_unit *u, int k, long gu_rows, long dn_rows, int threads) {
     long n = 0, ch = chunk_rows(gu_rows * k, threads);
     for (int e = 0; e < k; e++)
-        for (long r = 0; r < gu_rows;) {
-            /* the last expert's gate_up rows end in short chunks: every down chunk of that expert
-               waits for all of them, so the threads should finish them together */
-            long c = e == k - 1 ? shrink_rows(gu_rows - r, ch, threads) : ch;
-            moe_unit v = {e, 0, r, r + c < gu_rows ? r + c : gu_rows};
+        for (long r = 0; r < gu_rows; r += ch) {
+            moe_unit v = {e, 0, r, r + ch < gu_rows ? r + ch : gu_rows};
             u[n++] = v;
-            r = v.r1;
         }
     long chd = chunk_rows(dn_rows * k, threads), left = dn_rows * k;
     for (int e = 0; e < k; e++)
         for (long r = 0; r < dn_rows;) {
-            long c = shrink_rows(left, chd, threads);
+            long c = left / (2L * (threads > 0 ? threads : 1));
+            c = (c < CH_MIN ? CH_MIN : (c > chd ? chd : c)) & ~3L;
             moe_unit v = {e, 1, r, r + c < dn_rows ? r + c : dn_rows};
             u[n++] = v;
             left -= v.r1 - v.r0;
@@ -649,37 +640,11 @@ typedef struct {
     volatile long err;
 } moe_job;
 
-/* Wait until an expert's gate_up rows are done, meanwhile pulling the down rows [r0, r1) that
-   this thread will read next towards its L2 (codes, and raw scales), a few lines per check: the
-   wait reads memory instead of idling, and the chunk then runs from cache. */
-static void wait_rows(const neural_shape *s, const neural_expert *ex, long r0, long r1, volatile long *done,
-                      long rows) {
-    if (a_load(done) >= rows) return;
-#if NEURAL_X86
-    size_t G = (size_t)s->intermediate / 32, cb = G * 16;
-    const char *c = (const char *)ex->part[NEURAL_PART_DN_CODES] + (size_t)r0 * cb;
-    const char *ce = c + (size_t)(r1 - r0) * cb, *sc = NULL, *se = NULL;
-    if (s->format == NEURAL_FORMAT_RAW) {
-        sc = (const char *)ex->part[NEURAL_PART_DN_SCALES] + (size_t)r0 * G;
-        se = sc + (size_t)(r1 - r0) * G;
-    }
-    for (long spins = 1; a_load(done) < rows; spins++) {
-        if (c < ce) {
-            for (int i = 0; i < 8 && c < ce; i++, c += 64) _mm_prefetch(c, _MM_HINT_T1);
-        } else if (sc && sc < se) {
-            for (int i = 0; i < 8 && sc < se; i++, sc += 64) _mm_prefetch(sc, _MM_HINT_T1);
-        } else {
-            cpu_relax();
-            if ((spins & 1023) == 0) thread_yield();
-        }
-    }
-#else
-    (void)s, (void)ex, (void)r0, (void)r1;
+static void wait_rows(volatile long *done, long rows) {
     for (long spins = 1; a_load(done) < rows; spins++) {
         cpu_relax();
         if ((spins & 1023) == 0) thread_yield();
     }
-#endif
 }
 
 static void moe_work(void *ctx, int tid) {
@@ -702,7 +667,7 @@ static void moe_work(void *ctx, int tid) {
                 act[neural_perm_index((int)(q0 + q))] = input_value(s->bf16_inputs, a[q], &actb[q0 + q]);
             a_add(&j->done[u->e], u->r1 - u->r0); /* release: the activations above are visible */
         } else {
-            wait_rows(s, j->ex[u->e], u->r0, u->r1, &j->done[u->e], 2 * I);
+            wait_rows(&j->done[u->e], 2 * I);
             matrix_rows(s, j->ex[u->e], j->kf, 1, act, actb, u->r0, u->r1, j->y + (size_t)u->e * (size_t)H + u->r0,
                         &j->err);
         }
