@@ -1,10 +1,11 @@
 """One decode step of the hybrid engine: GPU core per layer, CPU misses in between.
 
 Per layer the host replays the layer's graph (attention, router, resident-expert GEMVs),
-spins until the router has published the routing in pinned memory, runs the native kernel
+starts the previous layer's admission copies and scores its routing while that graph runs,
+spins until the router has published the routing in pinned memory, and runs the native kernel
 for the non-resident experts (writing its result where the next layer's graph reads it
-zero-copy), and starts admission copies for captured candidates. The GPU computes the
-resident experts meanwhile. After the last layer the tail graph picks the token.
+zero-copy). The GPU computes the resident experts meanwhile. After the last layer the tail
+graph picks the token.
 """
 
 from __future__ import annotations
@@ -75,11 +76,11 @@ class StepStats:
     launch: float = 0.0
     gpu_wait: float = 0.0
     cpu: float = 0.0
-    admission: float = 0.0  # the sum of the four parts below
-    adm_poll: float = 0.0  # landed copies flipped (Residency.poll), once a token
+    admission: float = 0.0  # the sum of the four parts below; only adm_route delays the layer
+    adm_poll: float = 0.0  # landed copies flipped (Residency.poll), once a token, while the tail runs
     adm_route: float = 0.0  # the layer's routing read, hit/miss split, capture buffers picked
-    adm_after: float = 0.0  # copies started for captured experts, routing observed
-    adm_refresh: float = 0.0  # the policy's end-of-token step (a candidate refresh when due)
+    adm_after: float = 0.0  # the previous layer's copies started and routing scored, while this one runs
+    adm_refresh: float = 0.0  # the last layer's adm_after and the policy's end-of-token step, while the tail runs
     tail: float = 0.0
     hits: int = 0
     routed: int = 0
@@ -105,6 +106,13 @@ class Decoder:
         self.step_no = 0
         self.stats = StepStats(per_layer_kinds=np.zeros((core.cfg.num_hidden_layers, 3)))
         self.record_routing: list[np.ndarray] | None = None  # [layers, k] per step when set
+        self._kinds: list[tuple[int, int, int]] = [(0, 0, 0)] * core.cfg.num_hidden_layers  # this step's, per layer
+
+    def _after_layer(self, layer: int, ids: list[int], caps: dict[int, int], prompt_weight: float) -> None:
+        """A computed layer's bookkeeping: copies started for its captured experts, its routing scored."""
+        if caps:
+            self.residency.after_compute(layer, caps)
+        self.policy.observe_token(layer, ids, prompt_weight)
 
     def _wait(self, index: int, step: int) -> None:
         flags = self.core.np_flags
@@ -132,67 +140,79 @@ class Decoder:
         ctrl[0], ctrl[1], ctrl[2], ctrl[3] = pos, step, token, seed & 0x7FFFFFFF
         ctrl[4] = np.float32(temperature).view(np.int32)
         c.np_embed[:] = c.embed_table[token]
-        ta = time.perf_counter()
-        self.residency.poll()
-        dt = time.perf_counter() - ta
-        st.adm_poll += dt
-        st.admission += dt
         routing = np.zeros((cfg.num_hidden_layers, k), dtype=np.int64) if self.record_routing is not None else None
         hits = 0
         n_static = self.pool.n_static
         frozen = self.policy.frozen
-        observe = self.policy.observe_token
-        for layer in range(cfg.num_hidden_layers):
-            tl0 = time.perf_counter()
-            c.run_layer(layer)
-            tl1 = time.perf_counter()
-            self._wait(layer, step)
-            tl2 = time.perf_counter()
-            row = c.np_route[layer]
-            ids = row[:k].tolist()
-            wts = row[bt : bt + k].view(np.float32).tolist()
-            slots = row[2 * bt : 2 * bt + k].tolist()
-            miss_ids: list[int] = []
-            miss_w: list[float] = []
-            nh = ns = 0
-            for e, w, s in zip(ids, wts, slots, strict=True):
-                if s < 0:
-                    miss_ids.append(e)
-                    miss_w.append(w)
-                else:
-                    nh += 1
-                    ns += s < n_static
-            hits += nh
-            kinds = st.per_layer_kinds[layer]
-            kinds[0] += ns
-            kinds[1] += nh - ns
-            kinds[2] += k - nh
-            caps = self.residency.captures_for(layer, miss_ids) if miss_ids and not frozen else {}
-            tl3 = time.perf_counter()
-            self.misses.compute(layer, c.np_t, miss_ids, miss_w, c.np_cpu_moe[layer % 2],
-                                {e: self.capture_np[b] for e, b in caps.items()} if caps else {})
-            tl4 = time.perf_counter()
-            if caps:
-                self.residency.after_compute(layer, caps)
-            observe(layer, ids, prompt_weight)
-            if routing is not None:
-                routing[layer] = ids
-            tl5 = time.perf_counter()
-            st.launch += tl1 - tl0
-            st.gpu_wait += tl2 - tl1
-            st.cpu += tl4 - tl3
-            st.adm_route += tl3 - tl2
-            st.adm_after += tl5 - tl4
-            st.admission += (tl3 - tl2) + (tl5 - tl4)
-        tt = time.perf_counter()
-        c.run_tail()
-        self._wait(cfg.num_hidden_layers, step)
-        st.tail += time.perf_counter() - tt
-        ta = time.perf_counter()
+        residency = self.residency
+        kinds = self._kinds
+        done: tuple[int, list[int], dict[int, int]] | None = None  # the last layer's bookkeeping, deferred
+        try:
+            for layer in range(cfg.num_hidden_layers):
+                tl0 = time.perf_counter()
+                c.run_layer(layer)
+                tl1 = time.perf_counter()
+                # Host bookkeeping that the GPU does not wait for runs while the layer just launched
+                # computes its attention and routing: the last layer's admissions and scores (a copy
+                # started here is ordered after this launch too, which only delays it), so none of it
+                # sits between a layer's CPU experts and the next launch. Its logical order is
+                # unchanged: layer L's admissions still precede layer L+1's captures.
+                if done is not None:
+                    d, done = done, None
+                    self._after_layer(*d, prompt_weight)
+                tl2 = time.perf_counter()
+                self._wait(layer, step)
+                tl3 = time.perf_counter()
+                row = c.np_route[layer]
+                ids = row[:k].tolist()
+                wts = row[bt : bt + k].view(np.float32).tolist()
+                slots = row[2 * bt : 2 * bt + k].tolist()
+                miss_ids: list[int] = []
+                miss_w: list[float] = []
+                nh = ns = 0
+                for e, w, s in zip(ids, wts, slots, strict=True):
+                    if s < 0:
+                        miss_ids.append(e)
+                        miss_w.append(w)
+                    else:
+                        nh += 1
+                        ns += s < n_static
+                hits += nh
+                # captures only when a candidate is pending and a buffer is free (most layers: neither)
+                caps = (residency.captures_for(layer, miss_ids)
+                        if miss_ids and not frozen and residency.free_buffers and self.policy.pending else {})
+                tl4 = time.perf_counter()
+                self.misses.compute(layer, c.np_t, miss_ids, miss_w, c.np_cpu_moe[layer % 2],
+                                    {e: self.capture_np[b] for e, b in caps.items()} if caps else {})
+                tl5 = time.perf_counter()
+                done = (layer, ids, caps)
+                kinds[layer] = (ns, nh - ns, k - nh)
+                if routing is not None:
+                    routing[layer] = ids
+                st.launch += tl1 - tl0
+                st.gpu_wait += tl3 - tl2
+                st.cpu += tl5 - tl4
+                st.adm_route += tl4 - tl3
+                st.adm_after += tl2 - tl1
+                st.admission += (tl4 - tl3) + (tl2 - tl1)
+            tt = time.perf_counter()
+            c.run_tail()
+        finally:
+            # a layer that raised leaves its predecessor's admissions and scores to be recorded
+            ta = time.perf_counter()
+            if done is not None:
+                self._after_layer(*done, prompt_weight)
         self.policy.token_done(self.pool)
+        st.per_layer_kinds += np.asarray(kinds, dtype=np.float64)
+        tp = time.perf_counter()
+        residency.poll()  # landed copies become readable from the next token's first layer on
+        dp = time.perf_counter() - tp
+        st.adm_poll += dp
         dt = time.perf_counter() - ta
-        st.adm_refresh += dt
+        st.adm_refresh += dt - dp
         st.admission += dt
+        self._wait(cfg.num_hidden_layers, step)
+        st.tail += time.perf_counter() - tt - dt
         if routing is not None and self.record_routing is not None:
             self.record_routing.append(routing)
         st.tokens += 1
