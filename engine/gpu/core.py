@@ -19,6 +19,7 @@ import torch
 from ..checkpoint import Checkpoint
 from ..reference import rope_cos_sin
 from .budget import VramPlan
+from .cudart import GraphLauncher
 from .kernels.dense import CTRL_SIZE
 from .kv import KVCache
 from .launch import Kernels, Tiles
@@ -124,6 +125,7 @@ class GpuCore:
         self.np_table = _np(self.table)
         self.graphs: list[torch.cuda.CUDAGraph] = []
         self.tail_graph: torch.cuda.CUDAGraph | None = None
+        self._launcher: GraphLauncher | None = None  # bare cudaGraphLaunch of the graphs above, when available
         self.experts_enabled = True
 
     # ---- launch sequences -----------------------------------------------------------------
@@ -175,15 +177,20 @@ class GpuCore:
             self.launch_tail()
         self.tail_graph = g
         torch.cuda.synchronize()
+        self._launcher = GraphLauncher.for_graphs([*self.graphs, g], self.dev)
 
     def run_layer(self, i: int) -> None:
-        if self.graphs:
+        if self._launcher is not None:
+            self._launcher.launch(i)
+        elif self.graphs:
             self.graphs[i].replay()
         else:
             self.launch_layer(i)
 
     def run_tail(self) -> None:
-        if self.tail_graph is not None:
+        if self._launcher is not None:
+            self._launcher.launch(self.cfg.num_hidden_layers)
+        elif self.tail_graph is not None:
             self.tail_graph.replay()
         else:
             self.launch_tail()

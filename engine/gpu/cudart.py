@@ -1,10 +1,17 @@
-"""The CUDA runtime's strided host-to-device copy, called through ctypes.
+"""The CUDA runtime's strided host-to-device copy and graph launch, called through ctypes.
 
 PyTorch exposes no ``cudaMemcpy2DAsync``, and a ``Tensor.copy_`` costs 10-25 us of host time
 (dispatch, pinned-pointer queries) per call: direct prompt staging issued six of them per expert
 and its launch time matched the copies' own (1.0-1.2 s of a 600-token prompt, MEASURED on the
 H200 host). One 2-D copy moves one part of a run of experts into consecutive slots (source
 rows contiguous, destination rows one slot apart), and the call releases the GIL.
+
+``CUDAGraph.replay()`` costs 12-25 us of host time per call (MEASURED as the decode step's launch
+phase, 0.22-0.46 ms per token at 18 layers on the H200 host): before ``cudaGraphLaunch`` it
+refills the default generator's seed and offset tensors (two kernel launches through the
+dispatcher) for graphs that use PyTorch's RNG, which the engine's graphs never do (their kernels
+are Triton's; sampling hashes its own seed from the control block). ``graph_launch`` is the bare
+``cudaGraphLaunch``.
 
 The library is the one PyTorch already loaded (same runtime, same context): found in the
 process's mappings on Linux, beside torch's own DLLs on Windows. Where it cannot be found the
@@ -18,7 +25,9 @@ import glob
 import logging
 import os
 import sys
+from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
 log = logging.getLogger(__name__)
 HOST_TO_DEVICE = 1  # cudaMemcpyHostToDevice
@@ -31,6 +40,22 @@ class CudaRuntime:
                        ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
         fn.restype = ctypes.c_int
         self._copy2d = fn
+        launch = getattr(lib, "cudaGraphLaunch", None)
+        if launch is not None:
+            launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            launch.restype = ctypes.c_int
+        self._launch = launch
+
+    @property
+    def can_launch_graphs(self) -> bool:
+        return self._launch is not None
+
+    def graph_launch(self, graph_exec: int, stream: int) -> None:
+        """Queue an instantiated graph (``cudaGraphExec_t``) on ``stream``."""
+        assert self._launch is not None
+        err = self._launch(graph_exec, stream)
+        if err != 0:
+            raise RuntimeError(f"cudaGraphLaunch failed with CUDA error {err}")
 
     def copy_2d(self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, stream: int) -> None:
         """``height`` rows of ``width`` bytes, host ``src`` (rows ``spitch`` apart) to device
@@ -65,3 +90,38 @@ def runtime() -> CudaRuntime | None:
         except (OSError, AttributeError) as exc:
             log.info("CUDA runtime %s unusable for 2-D copies: %s", path, exc)
     return None
+
+
+class GraphLauncher:
+    """The layer and tail graphs launched by ``cudaGraphLaunch`` on the thread's current stream,
+    without ``CUDAGraph.replay()``'s generator prologue (see the module docstring). The graphs
+    must stay alive as long as this (the engine's core holds both)."""
+
+    def __init__(self, rt: CudaRuntime, execs: list[int], current_stream: Callable[[], int]) -> None:
+        self._launch = rt.graph_launch
+        self._execs = execs
+        self._stream = current_stream
+
+    @classmethod
+    def for_graphs(cls, graphs: Sequence[Any], device: Any) -> GraphLauncher | None:
+        """None where the runtime, ``raw_cuda_graph_exec`` (PyTorch >= 2.6) or the raw-stream query
+        is missing: the caller keeps ``replay()``."""
+        rt = runtime()
+        if rt is None or not rt.can_launch_graphs:
+            return None
+        try:
+            import torch
+
+            execs = [int(g.raw_cuda_graph_exec()) for g in graphs]
+            raw_stream = torch._C._cuda_getCurrentRawStream
+            index = int(device.index if device.index is not None else torch.cuda.current_device())
+            int(raw_stream(index))
+        except (AttributeError, RuntimeError, TypeError) as exc:
+            log.info("graphs replay through PyTorch (%s)", exc)
+            return None
+        if not all(execs):
+            return None
+        return cls(rt, execs, lambda: int(raw_stream(index)))
+
+    def launch(self, i: int) -> None:
+        self._launch(self._execs[i], self._stream())

@@ -26,3 +26,49 @@ def test_a_failed_copy_names_the_error_and_the_shape() -> None:
     assert calls[0] == (4096, 1000, 8192, 600, 600, 3, cudart.HOST_TO_DEVICE, 7)
     with pytest.raises(RuntimeError, match=r"CUDA error 1 \(3 x 600 bytes, pitches 600/1000\)"):
         rt.copy_2d(dst=4096, dpitch=1000, src=8192, spitch=600, width=600, height=3, stream=7)
+
+
+class FakeGraph:
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def raw_cuda_graph_exec(self) -> int:
+        return self.handle
+
+
+def fake_runtime(results: list[int], calls: list[tuple[object, ...]]) -> cudart.CudaRuntime:
+    def launch(*args: object) -> int:
+        calls.append(args)
+        return results.pop(0) if results else 0
+
+    return cudart.CudaRuntime(SimpleNamespace(cudaMemcpy2DAsync=lambda *a: 0, cudaGraphLaunch=launch))  # type: ignore[arg-type]
+
+
+def test_graphs_launch_on_the_current_raw_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    calls: list[tuple[object, ...]] = []
+    monkeypatch.setattr(cudart, "runtime", lambda: fake_runtime([0, 0, 2], calls))
+    streams = iter([0, 11, 22, 33])  # the probe at construction, then one per launch
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: next(streams), raising=False)
+    gl = cudart.GraphLauncher.for_graphs([FakeGraph(101), FakeGraph(202)], SimpleNamespace(index=0))
+    assert gl is not None
+    gl.launch(1)
+    gl.launch(0)
+    assert calls == [(202, 11), (101, 22)]
+    with pytest.raises(RuntimeError, match="cudaGraphLaunch failed with CUDA error 2"):
+        gl.launch(0)
+
+
+def test_without_the_launch_symbol_or_the_exec_handle_graphs_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    no_launch = cudart.CudaRuntime(SimpleNamespace(cudaMemcpy2DAsync=lambda *a: 0))  # type: ignore[arg-type]
+    assert not no_launch.can_launch_graphs
+    monkeypatch.setattr(cudart, "runtime", lambda: no_launch)
+    assert cudart.GraphLauncher.for_graphs([FakeGraph(1)], SimpleNamespace(index=0)) is None
+    monkeypatch.setattr(cudart, "runtime", lambda: fake_runtime([], []))
+    assert cudart.GraphLauncher.for_graphs([object()], SimpleNamespace(index=0)) is None  # PyTorch < 2.6
+    assert cudart.GraphLauncher.for_graphs([FakeGraph(0)], SimpleNamespace(index=0)) is None
+    assert cudart.GraphLauncher.for_graphs([FakeGraph(5)], SimpleNamespace(index=0)) is not None

@@ -92,7 +92,8 @@ def make(fail_at: int | None = None) -> tuple[Decoder, Log, AdmissionPolicy]:
     log = Log()
     table = np.full((LAYERS, EXPERTS), -1, dtype=np.int32)
     pool = SlotPool(2 * LAYERS, 0, table)
-    policy = AdmissionPolicy(LAYERS, EXPERTS, AdmissionSettings(refresh_every=1, refresh_m=16, capture_buffers=2 * LAYERS))
+    settings = AdmissionSettings(refresh_every=1, refresh_m=16, capture_buffers=2 * LAYERS)
+    policy = AdmissionPolicy(LAYERS, EXPERTS, settings)
     res = LoggingResidency(log, pool, policy, Copier(), 2 * LAYERS)
     core = FakeCore(log, table)
     dec = Decoder(core, FakeMisses(log, fail_at), pool, policy, res, [np.zeros(8, np.uint8) for _ in range(2 * LAYERS)])  # type: ignore[arg-type]
@@ -128,7 +129,7 @@ def test_scores_and_kinds_are_recorded_for_every_layer() -> None:
 
 
 def test_a_failing_layer_still_records_the_previous_layers_bookkeeping() -> None:
-    dec, log, policy = make(fail_at=2)
+    dec, _, policy = make(fail_at=2)
     with pytest.raises(RuntimeError, match="kernel failed"):
         dec.step(1, 0)
     assert policy.counts[:2].sum() == 2 * K  # layers 0 and 1 scored, layer 2 never computed
