@@ -6,12 +6,13 @@ and its launch time matched the copies' own (1.0-1.2 s of a 600-token prompt, ME
 H200 host). One 2-D copy moves one part of a run of experts into consecutive slots (source
 rows contiguous, destination rows one slot apart), and the call releases the GIL.
 
-``CUDAGraph.replay()`` costs 12-25 us of host time per call (MEASURED as the decode step's launch
-phase, 0.22-0.46 ms per token at 18 layers on the H200 host): before ``cudaGraphLaunch`` it
-refills the default generator's seed and offset tensors (two kernel launches through the
-dispatcher) for graphs that use PyTorch's RNG, which the engine's graphs never do (their kernels
-are Triton's; sampling hashes its own seed from the control block). ``graph_launch`` is the bare
-``cudaGraphLaunch``.
+``CUDAGraph.replay()`` refills the default generator's seed and offset tensors before its
+``cudaGraphLaunch`` (for graphs that use PyTorch's RNG, which the engine's graphs never do: their
+kernels are Triton's and sampling hashes its own seed from the control block). ``graph_launch`` is
+the bare ``cudaGraphLaunch``. MEASURED on the H200 host (bench/results/h200-session12): 1-4 us less
+host time per layer launch (the decode step's launch phase 10-11 against 11-15 us per layer at 18
+layers, A B B A in one call), bit-identical logits (bench/gpu/launch_check.py); the launch itself
+stays about 10-13 us there.
 
 The library is the one PyTorch already loaded (same runtime, same context): found in the
 process's mappings on Linux, beside torch's own DLLs on Windows. Where it cannot be found the
