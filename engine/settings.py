@@ -42,6 +42,9 @@ class EngineSettings:
     lookahead_slots: int = 28
     kv_ring: int = 256
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
+    # GPU decode: each layer's graph launched before the previous layer's CPU experts are done, its first kernel
+    # waiting on the host's flag (engine/gpu/decoder.py). Off until a device call has checked its bits and time.
+    early_launch: bool = False
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
     prompt_block: int = 4096
@@ -99,7 +102,7 @@ class EngineSettings:
             raise bad("prefill_weight", "must be between 0 and 1024")
         if not 16 <= self.prompt_block <= 16384:
             raise bad("prompt_block", "must be between 16 and 16384")
-        for flag in ("gpu_prefill", "warm_prompt"):
+        for flag in ("gpu_prefill", "warm_prompt", "early_launch"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):

@@ -11,7 +11,9 @@
 # $TOKENS timed). With CALL_COST=1 first: bench/kernel/call_cost.c against each tree's native/,
 # A B B A at 8 threads, gaps 0/100/400 us (the fixed cost of a one-token kernel call).
 #   usage: [ROUTINGS=skewed,uniform,calibrated] [LAYERS=18] [TOKENS=128] [REPEATS=2] [CALL_COST=1]
-#          bash bench/device/decode_ab.sh
+#          [A_TREE=.ab/old] [B_SET="key=value ..."] bash bench/device/decode_ab.sh
+# A_TREE=. with B_SET compares two settings of the checkout (B runs with those --set values), e.g.
+# A_TREE=. B_SET="early_launch=true" (no .ab needed).
 # $OUT: table.md (tok/s, hit rate and every phase in ms per token for each run), call_cost.txt and results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -27,10 +29,13 @@ TOKENS=${TOKENS:-128}
 REPEATS=${REPEATS:-2}
 CAL_DEPTH=${CAL_DEPTH:-2048}
 CKC=$CK-calibrated
-if cmp -s <(cat native/neural_*.[ch]) <(cat .ab/old/native/neural_*.[ch]); then
-  cp native/_neural_native*.so .ab/old/native/ 2>/dev/null || echo "no native build to share" | tee -a "$LOG"
+A_TREE=${A_TREE:-.ab/old}
+if [ "$A_TREE" = . ]; then
+  :
+elif cmp -s <(cat native/neural_*.[ch]) <(cat "$A_TREE"/native/neural_*.[ch]); then
+  cp native/_neural_native*.so "$A_TREE"/native/ 2>/dev/null || echo "no native build to share" | tee -a "$LOG"
 else
-  (cd .ab/old && "$PY" -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)") \
+  (cd "$A_TREE" && "$PY" -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)") \
     >"$OUT/native_build_old.log" 2>&1 && echo "old tree: its own native build" | tee -a "$LOG" \
     || echo "old tree: native build FAILED" | tee -a "$LOG"
 fi
@@ -51,16 +56,16 @@ fi
   --like "$CK" --routing calibrated --out "$CKC" >>"$OUT/synth.txt" 2>&1; }
 echo "checkpoints ready ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
 POOL=$(scaled_pool "$LAYERS")
-run() {  # NAME TREE CKPT
-  local l
+run() {  # NAME TREE CKPT [--set key=value ...]
+  local l extra=("${@:4}")
   l=$(left)
   [ "$l" -lt 40 ] && { echo "skip $1: ${l}s left" | tee -a "$LOG"; return; }
   rm -f "$NEURAL_CACHE_DIR"/hotset-*.npy
   echo "== $1 ($(( $(date +%s) - T0 )) s)" | tee -a "$LOG"
   local cmd=(-m app.cli.main bench decode "$3" --backend gpu --budget-gib 12 --threads 8 --context 16384 --depth 0
-    --tokens "$TOKENS" --temperature 0 --repeats "$REPEATS" --warmup 1 --set "pool_gib=$POOL" --json)
+    --tokens "$TOKENS" --temperature 0 --repeats "$REPEATS" --warmup 1 --set "pool_gib=$POOL" "${extra[@]}" --json)
   [ "$3" = "$CKC" ] && cmd=(-m bench.routing.calibrated_tg "$3" --depth "$CAL_DEPTH" --warmup 16 --tokens "$TOKENS"
-    --backend gpu --budget-gib 12 --threads 8 --context 16384 --set "pool_gib=$POOL")
+    --backend gpu --budget-gib 12 --threads 8 --context 16384 --set "pool_gib=$POOL" "${extra[@]}")
   (root=$PWD; cd "$2" && PYTHONPATH="$PWD:$root:/tmp/site" timeout "$(( l < 120 ? l : 120 ))" "$PY" "${cmd[@]}") \
     >"$OUT/$1.json" 2>>"$LOG" || echo "$1 exited $?" | tee -a "$LOG"
 }
@@ -68,7 +73,10 @@ for r in ${ROUTINGS//,/ }; do
   ck=$CK
   [ "$r" = skewed ] && ck=$CKS
   [ "$r" = calibrated ] && ck=$CKC
-  run "$r-A1" .ab/old "$ck"; run "$r-B1" . "$ck"; run "$r-B2" . "$ck"; run "$r-A2" .ab/old "$ck"
+  bset=()
+  for kv in ${B_SET:-}; do bset+=(--set "$kv"); done
+  run "$r-A1" "$A_TREE" "$ck"; run "$r-B1" . "$ck" "${bset[@]}"; run "$r-B2" . "$ck" "${bset[@]}"
+  run "$r-A2" "$A_TREE" "$ck"
 done
 "$PY" - "$OUT" <<'PY' | tee "$OUT/table.md"
 import json, pathlib, sys

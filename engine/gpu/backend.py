@@ -115,7 +115,8 @@ class GpuBackend:
         if use_graphs and self.core.cuda:
             if progress is not None:
                 progress("Compiling and capturing GPU graphs", 0.95)
-            self.core.capture_graphs()
+            self.core.capture_graphs(early=settings.early_launch)
+            self.decoder.early_launch = settings.early_launch
         self.ram_residency = self._start_ram_residency()
         self.residency.ram = self.ram_residency  # admissions and evictions change what the CPU reads
         log.info("GPU backend: %s; CPU misses: %s", self.plan.describe(), self.misses.name)

@@ -110,6 +110,7 @@ class GpuCore:
         self.t_host = _host((h,), f32, c)
         self.route_host = _host((n_layers, 4 * bt), i32, c)
         self.flags = _host((n_layers + 1,), i32, c)
+        self.cpu_done = _host((n_layers,), i32, c)  # the host's step, once a layer's CPU experts are written
         self.cpu_moe = _host((2, h), f32, c)
         self.token_host = _host((1,), i32, c)
         self.table = _host((n_layers, e), i32, c)
@@ -120,21 +121,31 @@ class GpuCore:
         self.np_t = _np(self.t_host)
         self.np_route = _np(self.route_host)
         self.np_flags = _np(self.flags)
+        self.np_cpu_done = _np(self.cpu_done)
         self.np_cpu_moe = _np(self.cpu_moe)
         self.np_token = _np(self.token_host)
         self.np_table = _np(self.table)
         self.graphs: list[torch.cuda.CUDAGraph] = []
         self.tail_graph: torch.cuda.CUDAGraph | None = None
         self._launcher: GraphLauncher | None = None  # bare cudaGraphLaunch of the graphs above, when available
+        # early_launch: layers 1.. and the tail captured again with combine_wait_kernel first, so they can be
+        # launched before the previous layer's CPU experts are done (see Decoder.step)
+        self.early_graphs: list[torch.cuda.CUDAGraph] = []
+        self._early_launcher: GraphLauncher | None = None
         self.experts_enabled = True
 
     # ---- launch sequences -----------------------------------------------------------------
-    def launch_layer(self, i: int) -> None:
+    def _combine(self, i: int, wait: bool) -> None:
+        """The MoE residual add of layer i - 1; ``wait``: first wait for the host's flag of that layer."""
+        done = self.cpu_done[i - 1 : i] if wait else None
+        self.kern.combine(self.resid, self.gpu_moe, self.cpu_moe[(i - 1) % 2], done, self.ctrl_dev)
+
+    def launch_layer(self, i: int, wait: bool = False) -> None:
         k, lw, kv = self.kern, self.layers[i], self.kv
         if i == 0:
             k.start(self.ctrl_host, self.ctrl_dev, self.embed_host, self.resid)
         else:
-            k.combine(self.resid, self.gpu_moe, self.cpu_moe[(i - 1) % 2])
+            self._combine(i, wait)
         k.qkv_rope(self.resid, lw.in_gain, lw.w_qkv, lw.b_qkv, self.cos, self.sin, self.ctrl_dev, self.q,
                    kv.k[i], kv.v[i])
         k.attention(self.q, kv.k[i], kv.v[i], self.ctrl_dev, lw.sinks, kv.window_of(i), self.attn_scratch,
@@ -145,15 +156,16 @@ class GpuCore:
         if self.experts_enabled:
             k.experts(self.pool, self.route_dev, self.t_even, self.t_odd, self.act_even, self.act_odd, self.gpu_moe)
 
-    def launch_tail(self) -> None:
+    def launch_tail(self, wait: bool = False) -> None:
         n = self.cfg.num_hidden_layers
-        self.kern.combine(self.resid, self.gpu_moe, self.cpu_moe[(n - 1) % 2])
+        self._combine(n, wait)
         self.kern.lm_head(self.resid, self.norm, self.lm_head, self.ctrl_dev, self.logits, self.part_val,
                           self.part_idx, self.token_dev, self.token_host, self.flags[n:])
 
     # ---- CUDA graphs ----------------------------------------------------------------------
-    def capture_graphs(self) -> None:
-        """Compile every kernel (one eager pass), then capture one graph per layer and the tail."""
+    def capture_graphs(self, early: bool = False) -> None:
+        """Compile every kernel (one eager pass), then capture one graph per layer and the tail;
+        ``early``: also the waiting variants of layers 1.. and the tail (``run_early``)."""
         assert self.cuda
         self.np_ctrl[:] = 0
         self.np_ctrl[1] = -1
@@ -164,6 +176,10 @@ class GpuCore:
             for i in range(self.cfg.num_hidden_layers):
                 self.launch_layer(i)
             self.launch_tail()
+            if early:  # compile the waiting combine with its flag already set
+                n = self.cfg.num_hidden_layers
+                self.np_cpu_done[:] = -1
+                self.launch_tail(wait=True)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         self.graphs = []
@@ -178,6 +194,33 @@ class GpuCore:
         self.tail_graph = g
         torch.cuda.synchronize()
         self._launcher = GraphLauncher.for_graphs([*self.graphs, g], self.dev)
+        self.early_graphs = []
+        self._early_launcher = None
+        if early:
+            for i in range(1, n + 1):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    if i < n:
+                        self.launch_layer(i, wait=True)
+                    else:
+                        self.launch_tail(wait=True)
+                self.early_graphs.append(g)
+            torch.cuda.synchronize()
+            self._early_launcher = GraphLauncher.for_graphs(self.early_graphs, self.dev)
+
+    @property
+    def can_early(self) -> bool:
+        """Layers can be launched ahead of the host's CPU experts (captured graphs only: eagerly,
+        and in the interpreter, a waiting kernel would run before the host could raise its flag)."""
+        return bool(self.early_graphs)
+
+    def run_early(self, i: int) -> None:
+        """Launch layer ``i`` (1 <= i < layers) or, at ``i == layers``, the tail: its first kernel
+        waits until ``np_cpu_done[i - 1]`` holds the control block's step."""
+        if self._early_launcher is not None:
+            self._early_launcher.launch(i - 1)
+        else:
+            self.early_graphs[i - 1].replay()
 
     def run_layer(self, i: int) -> None:
         if self._launcher is not None:

@@ -107,6 +107,10 @@ class Decoder:
         self.stats = StepStats(per_layer_kinds=np.zeros((core.cfg.num_hidden_layers, 3)))
         self.record_routing: list[np.ndarray] | None = None  # [layers, k] per step when set
         self._kinds: list[tuple[int, int, int]] = [(0, 0, 0)] * core.cfg.num_hidden_layers  # this step's, per layer
+        # Launch each layer's graph (and the tail) before the previous layer's CPU experts are done: its first
+        # kernel waits on the host's flag (GpuCore.run_early), so the launch's host time and the GPU's start-up
+        # leave the critical path. Only where the core captured those graphs (a GPU); off by default until measured.
+        self.early_launch = False
 
     def _after_layer(self, layer: int, ids: list[int], caps: dict[int, int], prompt_weight: float) -> None:
         """A computed layer's bookkeeping: copies started for its captured experts, its routing scored."""
@@ -147,10 +151,16 @@ class Decoder:
         residency = self.residency
         kinds = self._kinds
         done: tuple[int, list[int], dict[int, int]] | None = None  # the last layer's bookkeeping, deferred
+        n = cfg.num_hidden_layers
+        early = self.early_launch and c.can_early
         try:
-            for layer in range(cfg.num_hidden_layers):
+            for layer in range(n):
                 tl0 = time.perf_counter()
-                c.run_layer(layer)
+                if not early:
+                    c.run_layer(layer)
+                elif layer == 0:
+                    c.run_layer(0)
+                    c.run_early(1)  # waits for layer 0's flag (the tail when there is one layer)
                 tl1 = time.perf_counter()
                 # Host bookkeeping that the GPU does not wait for runs while the layer just launched
                 # computes its attention and routing: the last layer's admissions and scores (a copy
@@ -185,18 +195,29 @@ class Decoder:
                 self.misses.compute(layer, c.np_t, miss_ids, miss_w, c.np_cpu_moe[layer % 2],
                                     {e: self.capture_np[b] for e, b in caps.items()} if caps else {})
                 tl5 = time.perf_counter()
+                launched = tl1 - tl0
+                if early:
+                    c.np_cpu_done[layer] = step  # the result is written: layer + 1's graph goes on
+                    if layer + 2 <= n:
+                        c.run_early(layer + 2)  # while the GPU runs layer + 1 up to its routing
+                    launched += time.perf_counter() - tl5
                 done = (layer, ids, caps)
                 kinds[layer] = (ns, nh - ns, k - nh)
                 if routing is not None:
                     routing[layer] = ids
-                st.launch += tl1 - tl0
+                st.launch += launched
                 st.gpu_wait += tl3 - tl2
                 st.cpu += tl5 - tl4
                 st.adm_route += tl4 - tl3
                 st.adm_after += tl2 - tl1
                 st.admission += (tl4 - tl3) + (tl2 - tl1)
             tt = time.perf_counter()
-            c.run_tail()
+            if not early:
+                c.run_tail()
+        except BaseException:
+            if early:  # graphs already launched wait for flags that will not come: release them
+                c.np_cpu_done[:] = step
+            raise
         finally:
             # a layer that raised leaves its predecessor's admissions and scores to be recorded
             ta = time.perf_counter()

@@ -84,10 +84,15 @@ class Kernels:
         dense.start_kernel[(cdiv(h, b),)](ctrl_host, ctrl_dev, embed_host, resid, H=h, CTRL_N=dense.CTRL_SIZE,
                                           BLOCK=b)
 
-    def combine(self, resid: torch.Tensor, gpu_moe: torch.Tensor, cpu_moe: Any) -> None:
+    def combine(self, resid: torch.Tensor, gpu_moe: torch.Tensor, cpu_moe: Any, done: Any = None,
+                ctrl: torch.Tensor | None = None) -> None:
+        """``done`` (the host's pinned flag of the previous layer) with ``ctrl``: wait for it first."""
         h = self.cfg.hidden_size
         b = self.t.combine_block
-        dense.combine_kernel[(cdiv(h, b),)](resid, gpu_moe, cpu_moe, H=h, BLOCK=b)
+        if done is None:
+            dense.combine_kernel[(cdiv(h, b),)](resid, gpu_moe, cpu_moe, H=h, BLOCK=b)
+        else:
+            dense.combine_wait_kernel[(cdiv(h, b),)](resid, gpu_moe, cpu_moe, done, ctrl, H=h, BLOCK=b)
 
     # ---- attention block -----------------------------------------------------------------
     def qkv_rope(self, resid: torch.Tensor, gain: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor,

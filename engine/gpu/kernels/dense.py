@@ -39,15 +39,37 @@ def start_kernel(ctrl_host_ptr, ctrl_dev_ptr, embed_host_ptr, resid_ptr, H: tl.c
 
 
 @triton.jit
-def combine_kernel(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H: tl.constexpr, BLOCK: tl.constexpr):
-    """x = bf16(x + bf16(gpu experts + cpu experts)): the previous layer's MoE residual add.
-
-    ``cpu_moe_ptr`` points at pinned host memory (read zero-copy, once per element)."""
+def _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < H
     x = tl.load(resid_ptr + offs, mask=m, other=0.0).to(tl.float32)
     moe = tl.load(gpu_moe_ptr + offs, mask=m, other=0.0) + tl.load(cpu_moe_ptr + offs, mask=m, other=0.0)
     tl.store(resid_ptr + offs, to_bf16(x + round_bf16(moe)), mask=m)
+
+
+@triton.jit
+def combine_kernel(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H: tl.constexpr, BLOCK: tl.constexpr):
+    """x = bf16(x + bf16(gpu experts + cpu experts)): the previous layer's MoE residual add.
+
+    ``cpu_moe_ptr`` points at pinned host memory (read zero-copy, once per element)."""
+    _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H, BLOCK)
+
+
+@triton.jit
+def combine_wait_kernel(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, done_ptr, ctrl_ptr, H: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    """``combine_kernel`` launched before the host has the CPU experts' result: it waits until
+    the host's flag ``done_ptr`` (pinned) holds this step, then combines. The wait is an acquire
+    at system scope (the host writes the result, then the flag) followed by a CTA barrier, so no
+    thread's loads of the result move before it; the polls before it are plain volatile loads
+    (one PCIe read each)."""
+    step = tl.load(ctrl_ptr + 1)
+    seen = tl.load(done_ptr, volatile=True)
+    while seen != step:
+        seen = tl.load(done_ptr, volatile=True)
+    tl.atomic_add(done_ptr, 0, sem="acquire", scope="sys")  # one thread's acquire load ...
+    tl.debug_barrier()  # ... ordered before every thread's loads below
+    _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H, BLOCK)
 
 
 @triton.jit

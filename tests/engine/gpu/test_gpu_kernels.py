@@ -264,6 +264,38 @@ def test_start_and_combine() -> None:
     assert torch.equal(x, exp)
 
 
+def test_the_waiting_combine_waits_for_the_hosts_flag_then_gives_the_same_bits() -> None:
+    """combine_wait_kernel (early launch): spins until the host's flag holds the step, here raised
+    by another thread while the interpreter polls; then the same bits as combine_kernel."""
+    import threading
+    import time
+
+    g = torch.Generator().manual_seed(7)
+    kn = make_kernels()
+    h = CFG.hidden_size
+    ctrl_d = ctrl_block(0, step=41)
+    x0 = bf(h, gen=g)
+    gm, cm = torch.randn(h, generator=g), torch.randn(h, generator=g)
+    want = x0.clone()
+    kn.combine(want, gm, cm)
+    done = torch.full((1,), 40, dtype=torch.int32)  # the previous step's flag
+    raised: list[float] = []
+
+    def host() -> None:
+        time.sleep(0.3)
+        raised.append(time.monotonic())
+        done[0] = 41
+
+    t = threading.Thread(target=host)
+    x = x0.clone()
+    t.start()
+    kn.combine(x, gm, cm, done, ctrl_d)
+    finished = time.monotonic()
+    t.join()
+    assert raised and finished >= raised[0]  # it did not go on before the flag
+    assert torch.equal(x, want)
+
+
 def test_lm_head_greedy_and_gumbel() -> None:
     g = torch.Generator().manual_seed(6)
     c = CFG
