@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     core._launcher = launcher
     be.decoder.early_launch = False
     out["bit_identical"] = same
+    out["late_steps"] = be.decoder.late_steps  # early-launched steps whose wait gave up (decoded again)
     print(json.dumps(out))
     return 0 if same else 1
 

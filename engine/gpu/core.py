@@ -111,6 +111,7 @@ class GpuCore:
         self.route_host = _host((n_layers, 4 * bt), i32, c)
         self.flags = _host((n_layers + 1,), i32, c)
         self.cpu_done = _host((n_layers,), i32, c)  # the host's step, once a layer's CPU experts are written
+        self.late = _host((1,), i32, c)  # a step whose early-launched wait gave up (combine_wait_kernel)
         self.cpu_moe = _host((2, h), f32, c)
         self.token_host = _host((1,), i32, c)
         self.table = _host((n_layers, e), i32, c)
@@ -122,6 +123,7 @@ class GpuCore:
         self.np_route = _np(self.route_host)
         self.np_flags = _np(self.flags)
         self.np_cpu_done = _np(self.cpu_done)
+        self.np_late = _np(self.late)
         self.np_cpu_moe = _np(self.cpu_moe)
         self.np_token = _np(self.token_host)
         self.np_table = _np(self.table)
@@ -138,7 +140,7 @@ class GpuCore:
     def _combine(self, i: int, wait: bool) -> None:
         """The MoE residual add of layer i - 1; ``wait``: first wait for the host's flag of that layer."""
         done = self.cpu_done[i - 1 : i] if wait else None
-        self.kern.combine(self.resid, self.gpu_moe, self.cpu_moe[(i - 1) % 2], done, self.ctrl_dev)
+        self.kern.combine(self.resid, self.gpu_moe, self.cpu_moe[(i - 1) % 2], done, self.ctrl_dev, self.late)
 
     def launch_layer(self, i: int, wait: bool = False) -> None:
         k, lw, kv = self.kern, self.layers[i], self.kv

@@ -10,6 +10,7 @@ graph picks the token.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from .cpu_experts import MissExperts
 from .pool import SlotPool
 
 SPIN_TIMEOUT_S = 30.0
+log = logging.getLogger(__name__)
 
 
 class GpuStall(RuntimeError):
@@ -111,6 +113,7 @@ class Decoder:
         # kernel waits on the host's flag (GpuCore.run_early), so the launch's host time and the GPU's start-up
         # leave the critical path. Only where the core captured those graphs (a GPU); off by default until measured.
         self.early_launch = False
+        self.late_steps = 0  # early-launched steps decoded again because a wait gave up (GpuCore.np_late)
 
     def _after_layer(self, layer: int, ids: list[int], caps: dict[int, int], prompt_weight: float) -> None:
         """A computed layer's bookkeeping: copies started for its captured experts, its routing scored."""
@@ -241,4 +244,14 @@ class Decoder:
         st.routed += k * cfg.num_hidden_layers
         st.last_hit_rate = hits / (k * cfg.num_hidden_layers)
         st.wall += time.perf_counter() - t0
+        if early and int(c.np_late[0]) == step:
+            # a layer's wait gave up before the host's CPU experts were done (a stall of ~1 s): the rest of
+            # the step read an old result, so the token is decoded again, launching each layer after them
+            self.late_steps += 1
+            log.warning("decode step at position %d waited too long for the CPU experts; decoded again", pos)
+            self.early_launch = False
+            try:
+                return self.step(token, pos, temperature, seed, prompt_weight)
+            finally:
+                self.early_launch = True
         return int(c.np_token[0])

@@ -76,6 +76,8 @@ class Kernels:
         self.block_t = pow2(cfg.num_experts_per_tok)
         self.gp = max(16, pow2(cfg.gqa_group))
         self.lm_parts = cdiv(cfg.vocab_size, tiles.lm_rows)
+        # the early launch's bound on a wait: ~0.5-1 s of PCIe polls, under Windows' 2 s GPU timeout
+        self.wait_polls = 1 << 19
 
     # ---- per token -----------------------------------------------------------------------
     def start(self, ctrl_host: Any, ctrl_dev: torch.Tensor, embed_host: Any, resid: torch.Tensor) -> None:
@@ -85,14 +87,16 @@ class Kernels:
                                           BLOCK=b)
 
     def combine(self, resid: torch.Tensor, gpu_moe: torch.Tensor, cpu_moe: Any, done: Any = None,
-                ctrl: torch.Tensor | None = None) -> None:
-        """``done`` (the host's pinned flag of the previous layer) with ``ctrl``: wait for it first."""
+                ctrl: torch.Tensor | None = None, late: Any = None) -> None:
+        """``done`` (the host's pinned flag of the previous layer) with ``ctrl`` and ``late``: wait
+        for it first, at most ``wait_polls`` polls (then the step is written to ``late``)."""
         h = self.cfg.hidden_size
         b = self.t.combine_block
         if done is None:
             dense.combine_kernel[(cdiv(h, b),)](resid, gpu_moe, cpu_moe, H=h, BLOCK=b)
         else:
-            dense.combine_wait_kernel[(cdiv(h, b),)](resid, gpu_moe, cpu_moe, done, ctrl, H=h, BLOCK=b)
+            dense.combine_wait_kernel[(cdiv(h, b),)](resid, gpu_moe, cpu_moe, done, ctrl, late, H=h, BLOCK=b,
+                                                     MAX_POLLS=self.wait_polls)
 
     # ---- attention block -----------------------------------------------------------------
     def qkv_rope(self, resid: torch.Tensor, gain: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor,

@@ -56,17 +56,23 @@ def combine_kernel(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H: tl.constexpr, BLOCK: 
 
 
 @triton.jit
-def combine_wait_kernel(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, done_ptr, ctrl_ptr, H: tl.constexpr,
-                        BLOCK: tl.constexpr):
+def combine_wait_kernel(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, done_ptr, ctrl_ptr, late_ptr, H: tl.constexpr,
+                        BLOCK: tl.constexpr, MAX_POLLS: tl.constexpr):
     """``combine_kernel`` launched before the host has the CPU experts' result: it waits until
     the host's flag ``done_ptr`` (pinned) holds this step, then combines. The wait is an acquire
     at system scope (the host writes the result, then the flag) followed by a CTA barrier, so no
     thread's loads of the result move before it; the polls before it are plain volatile loads
-    (one PCIe read each)."""
+    (one PCIe read each). The wait is bounded (a kernel that runs for seconds is reset by the
+    driver on Windows): after MAX_POLLS polls it writes the step to ``late_ptr`` (pinned) and goes
+    on, and the host decodes that token again the plain way."""
     step = tl.load(ctrl_ptr + 1)
     seen = tl.load(done_ptr, volatile=True)
-    while seen != step:
+    polls = 0
+    while (seen != step) & (polls < MAX_POLLS):
         seen = tl.load(done_ptr, volatile=True)
+        polls += 1
+    if seen != step:
+        tl.store(late_ptr, step)
     tl.atomic_add(done_ptr, 0, sem="acquire", scope="sys")  # one thread's acquire load ...
     tl.debug_barrier()  # ... ordered before every thread's loads below
     _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H, BLOCK)

@@ -41,6 +41,8 @@ class FakeGpuCore:
         self.np_t = np.zeros(H, dtype=np.float32)
         self.np_cpu_moe = np.zeros((2, H), dtype=np.float32)
         self.np_token = np.zeros(1, dtype=np.int32)
+        self.np_late = np.zeros(1, dtype=np.int32)
+        self.max_wait_s = 5.0  # the waiting kernel's bound (MAX_POLLS)
         self.stream: queue.Queue[tuple[bool, int] | None] = queue.Queue()
         self.read: list[tuple[int, int, float]] = []  # (step, layer read, value of cpu_moe seen)
         self.errors: list[str] = []
@@ -66,10 +68,12 @@ class FakeGpuCore:
             wait, i = item
             step = int(self.np_ctrl[1])
             if wait:
-                deadline = time.monotonic() + 5
+                deadline = time.monotonic() + self.max_wait_s
                 while self.np_cpu_done[i - 1] != step:
                     if time.monotonic() > deadline:
-                        self.errors.append(f"graph {i} of step {step} never released")
+                        if self.max_wait_s >= 5:
+                            self.errors.append(f"graph {i} of step {step} never released")
+                        self.np_late[0] = step
                         break
                     time.sleep(0)
             if i > 0:  # combine: the previous layer's CPU result, read where the graph runs
@@ -81,6 +85,8 @@ class FakeGpuCore:
                 row[:K] = ids
                 row[BT : BT + K] = np.array([0.5, 0.5], dtype=np.float32).view(np.int32)
                 row[2 * BT : 2 * BT + K] = [self.table[i, e] for e in ids]
+            if i == LAYERS:  # the tail picks a token from what the last layer's combine read
+                self.np_token[0] = int(self.np_cpu_moe[(i - 1) % 2][0]) % 997
             self.np_flags[i] = step
 
 
@@ -89,16 +95,18 @@ class StepMisses:
 
     name = "fake"
 
-    def __init__(self, core: FakeGpuCore, fail_at: tuple[int, int] | None = None) -> None:
+    def __init__(self, core: FakeGpuCore, fail_at: tuple[int, int] | None = None,
+                 slow_at: tuple[int, int] | None = None) -> None:
         self.core = core
         self.fail_at = fail_at
+        self.slow_at = slow_at
 
     def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
                 captures: dict[int, np.ndarray]) -> None:
         step = int(self.core.np_ctrl[1])
         if (step, layer) == self.fail_at:
             raise RuntimeError("kernel failed")
-        time.sleep(0.001)  # the GPU thread runs meanwhile
+        time.sleep(0.2 if (step, layer) == self.slow_at else 0.001)  # the GPU thread runs meanwhile
         out[:] = 1000 * step + layer
 
     def prefault(self) -> float:
@@ -113,13 +121,14 @@ class Copier:
         return True
 
 
-def make(early: bool, fail_at: tuple[int, int] | None = None) -> tuple[Decoder, FakeGpuCore]:
+def make(early: bool, fail_at: tuple[int, int] | None = None,
+         slow_at: tuple[int, int] | None = None) -> tuple[Decoder, FakeGpuCore]:
     table = np.full((LAYERS, EXPERTS), -1, dtype=np.int32)
     pool = SlotPool(8, 0, table)
     policy = AdmissionPolicy(LAYERS, EXPERTS, AdmissionSettings(refresh_every=2, refresh_m=4, capture_buffers=4))
     core = FakeGpuCore(table, can_early=early)
     res = Residency(pool, policy, Copier(), 4)
-    dec = Decoder(core, StepMisses(core, fail_at), pool, policy, res,  # type: ignore[arg-type]
+    dec = Decoder(core, StepMisses(core, fail_at, slow_at), pool, policy, res,  # type: ignore[arg-type]
                   [np.zeros(8, np.uint8) for _ in range(4)])
     dec.early_launch = early
     return dec, core
@@ -128,7 +137,8 @@ def make(early: bool, fail_at: tuple[int, int] | None = None) -> tuple[Decoder, 
 def run(dec: Decoder, core: FakeGpuCore, steps: int) -> list[tuple[float, int, int]]:
     out = []
     for pos in range(steps):
-        dec.step(1, pos)
+        tok = dec.step(1, pos)
+        assert tok == (1000 * dec.step_no + LAYERS - 1) % 997  # the tail saw this step's last result
         out.append((dec.stats.last_hit_rate, dec.residency.stats.admissions, len(dec.pool.where)))
     core.close()
     return out
@@ -173,3 +183,11 @@ def test_a_failing_layer_releases_the_graphs_already_queued() -> None:
     dec2, core2 = make(early=True)
     run(dec2, core2, 2)
     assert not core2.errors
+
+
+def test_a_wait_that_gives_up_has_the_token_decoded_again() -> None:
+    dec, core = make(early=True, slow_at=(3, 1))
+    core.max_wait_s = 0.05  # the kernel's bound, reached while layer 1 of step 3 takes 0.2 s
+    run(dec, core, 5)  # every token checked against its own step's result
+    assert dec.late_steps == 1 and dec.early_launch
+    assert dec.stats.tokens == 6  # the late step and its redo

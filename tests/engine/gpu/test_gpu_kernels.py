@@ -286,14 +286,20 @@ def test_the_waiting_combine_waits_for_the_hosts_flag_then_gives_the_same_bits()
         raised.append(time.monotonic())
         done[0] = 41
 
+    late = torch.zeros(1, dtype=torch.int32)
     t = threading.Thread(target=host)
     x = x0.clone()
     t.start()
-    kn.combine(x, gm, cm, done, ctrl_d)
+    kn.combine(x, gm, cm, done, ctrl_d, late)
     finished = time.monotonic()
     t.join()
     assert raised and finished >= raised[0]  # it did not go on before the flag
-    assert torch.equal(x, want)
+    assert torch.equal(x, want) and late[0] == 0
+    # a flag that never comes: the wait gives up after its polls and says so
+    kn.wait_polls = 16
+    done[0] = 40
+    kn.combine(x0.clone(), gm, cm, done, ctrl_d, late)
+    assert late[0] == 41
 
 
 def test_lm_head_greedy_and_gumbel() -> None:
