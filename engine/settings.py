@@ -41,10 +41,10 @@ class EngineSettings:
     # come from the pool (548 -> 520 slots at 12 GiB): ~1% more CPU expert bytes per decoded token (CALCULATED)
     lookahead_slots: int = 28
     kv_ring: int = 256
-    refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     # GPU decode: each layer's graph launched before the previous layer's CPU experts are done, its first kernel
     # waiting on the host's flag (engine/gpu/decoder.py). Off until a device call has checked its bits and time.
     early_launch: bool = False
+    refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
     prompt_block: int = 4096

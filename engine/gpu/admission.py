@@ -156,6 +156,8 @@ class Residency:
     def captures_for(self, layer: int, misses: list[int]) -> dict[int, int]:
         """expert -> capture buffer, for this layer's misses that are admission candidates."""
         out: dict[int, int] = {}
+        if not self.free_buffers or not self.policy.pending:  # most layers of a decode step
+            return out
         for e in misses:
             key = (layer, e)
             if self.free_buffers and self.policy.wants(key) and not self.pool.is_tracked(key):

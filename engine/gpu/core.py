@@ -169,6 +169,7 @@ class GpuCore:
         """Compile every kernel (one eager pass), then capture one graph per layer and the tail;
         ``early``: also the waiting variants of layers 1.. and the tail (``run_early``)."""
         assert self.cuda
+        n = self.cfg.num_hidden_layers
         self.np_ctrl[:] = 0
         self.np_ctrl[1] = -1
         self.np_embed[:] = 0
@@ -179,7 +180,6 @@ class GpuCore:
                 self.launch_layer(i)
             self.launch_tail()
             if early:  # compile the waiting combine with its flag already set
-                n = self.cfg.num_hidden_layers
                 self.np_cpu_done[:] = -1
                 self.launch_tail(wait=True)
         torch.cuda.current_stream().wait_stream(stream)

@@ -147,14 +147,14 @@ class Decoder:
         ctrl[0], ctrl[1], ctrl[2], ctrl[3] = pos, step, token, seed & 0x7FFFFFFF
         ctrl[4] = np.float32(temperature).view(np.int32)
         c.np_embed[:] = c.embed_table[token]
-        routing = np.zeros((cfg.num_hidden_layers, k), dtype=np.int64) if self.record_routing is not None else None
+        n = cfg.num_hidden_layers
+        routing = np.zeros((n, k), dtype=np.int64) if self.record_routing is not None else None
         hits = 0
         n_static = self.pool.n_static
         frozen = self.policy.frozen
         residency = self.residency
         kinds = self._kinds
         done: tuple[int, list[int], dict[int, int]] | None = None  # the last layer's bookkeeping, deferred
-        n = cfg.num_hidden_layers
         early = self.early_launch and c.can_early
         try:
             for layer in range(n):
@@ -191,9 +191,7 @@ class Decoder:
                         nh += 1
                         ns += s < n_static
                 hits += nh
-                # captures only when a candidate is pending and a buffer is free (most layers: neither)
-                caps = (residency.captures_for(layer, miss_ids)
-                        if miss_ids and not frozen and residency.free_buffers and self.policy.pending else {})
+                caps = residency.captures_for(layer, miss_ids) if miss_ids and not frozen else {}
                 tl4 = time.perf_counter()
                 self.misses.compute(layer, c.np_t, miss_ids, miss_w, c.np_cpu_moe[layer % 2],
                                     {e: self.capture_np[b] for e, b in caps.items()} if caps else {})
@@ -235,14 +233,14 @@ class Decoder:
         dt = time.perf_counter() - ta
         st.adm_refresh += dt - dp
         st.admission += dt
-        self._wait(cfg.num_hidden_layers, step)
+        self._wait(n, step)
         st.tail += time.perf_counter() - tt - dt
         if routing is not None and self.record_routing is not None:
             self.record_routing.append(routing)
         st.tokens += 1
         st.hits += hits
-        st.routed += k * cfg.num_hidden_layers
-        st.last_hit_rate = hits / (k * cfg.num_hidden_layers)
+        st.routed += k * n
+        st.last_hit_rate = hits / (k * n)
         st.wall += time.perf_counter() - t0
         if early and int(c.np_late[0]) == step:
             # a layer's wait gave up before the host's CPU experts were done (a stall of ~1 s): the rest of
