@@ -114,6 +114,9 @@ class Decoder:
         # leave the critical path. Only where the core captured those graphs (a GPU); off by default until measured.
         self.early_launch = False
         self.late_steps = 0  # early-launched steps decoded again because a wait gave up (GpuCore.np_late)
+        # a machine where the waits keep giving up (a driver that holds queued work back, a host far slower than
+        # the bound) pays ~1 s per late token: after this many the process decodes the plain way
+        self.late_limit = 3
 
     def _after_layer(self, layer: int, ids: list[int], caps: dict[int, int], prompt_weight: float) -> None:
         """A computed layer's bookkeeping: copies started for its captured experts, its routing scored."""
@@ -248,8 +251,11 @@ class Decoder:
             self.late_steps += 1
             log.warning("decode step at position %d waited too long for the CPU experts; decoded again", pos)
             self.early_launch = False
+            keep = self.late_steps < self.late_limit
+            if not keep:
+                log.warning("%d decode steps waited too long: early launch is off for this process", self.late_steps)
             try:
                 return self.step(token, pos, temperature, seed, prompt_weight)
             finally:
-                self.early_launch = True
+                self.early_launch = keep
         return int(c.np_token[0])

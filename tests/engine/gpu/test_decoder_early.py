@@ -191,3 +191,12 @@ def test_a_wait_that_gives_up_has_the_token_decoded_again() -> None:
     run(dec, core, 5)  # every token checked against its own step's result
     assert dec.late_steps == 1 and dec.early_launch
     assert dec.stats.tokens == 6  # the late step and its redo
+
+
+def test_waits_that_keep_giving_up_turn_the_early_launch_off() -> None:
+    dec, core = make(early=True)
+    dec.late_limit = 2
+    core.max_wait_s = 0.0  # every wait gives up at once (a driver that never starts the queued graphs in time)
+    run(dec, core, 4)  # every token still checked against its own step's result
+    assert dec.late_steps == 2 and not dec.early_launch
+    assert dec.stats.tokens == 6  # two late steps redone, then the plain launch
