@@ -1,7 +1,8 @@
 """Where a decode layer's GPU time goes (GPU machine):
 ``python3 -m bench.gpu.kernel_profile CKPT [TOKENS] [TILES ...]``.
 
-Loads the GPU backend (12 GiB, 8 threads, frozen residency), decodes 8 tokens to warm up, then
+Loads the GPU backend (12 GiB, 8 threads, frozen residency), decodes 72 tokens to warm up (the
+hot set is installed after 64), then
 TOKENS more under torch.profiler with CUPTI, once with the plain launch and once with the early
 launch. From the kernels' own start and end times it prints one JSON line per mode:
 - per kernel name: count, mean and p50 duration (us);
@@ -34,6 +35,7 @@ from engine.gpu.launch import Kernels
 from engine.settings import EngineSettings
 
 CHAIN_END = "router_topk_kernel"
+WARM = 72
 
 
 def kernels_of(trace: Path) -> list[tuple[str, float, float]]:
@@ -87,14 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     n = int(args[1]) if len(args) > 1 else 16
     s = EngineSettings(backend="gpu", vram_budget_gib=12.0, cpu_threads=8, refresh_every=0, early_launch=True)
     be = GpuBackend.create(ck, s, interpret=False, hot_set_file=None, use_graphs=True)
-    ids = [int(x) for x in np.random.default_rng(7).integers(0, ck.config.vocab_size, 8 + n * (len(args) + 1))]
-    for t in ids[:8]:
+    ids = [int(x) for x in np.random.default_rng(7).integers(0, ck.config.vocab_size, WARM + n * (len(args) + 1))]
+    for t in ids[:WARM]:
         be.forward([t])
     layers = ck.config.num_hidden_layers
     core = be.core
     base = core.kern.t
     runs: list[tuple[str, str]] = [("plain", ""), ("early", "")] + [("early", v) for v in args[2:]]
-    at = 8
+    at = WARM
     for mode, tiles in runs:
         if tiles:
             kw = {k: int(v) for k, v in (p.split("=") for p in tiles.split(","))}
