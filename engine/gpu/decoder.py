@@ -115,8 +115,10 @@ class Decoder:
         self.early_launch = False
         self.late_steps = 0  # early-launched steps decoded again because a wait gave up (GpuCore.np_late)
         # a machine where the waits keep giving up (a driver that holds queued work back, a host far slower than
-        # the bound) pays ~1 s per late token: after this many the process decodes the plain way
+        # the bound) pays ~1 s per late token: after this many late steps in a row the process decodes the plain
+        # way (a few scattered ones, e.g. CPU experts paged in from disk on a cold start, do not count together)
         self.late_limit = 3
+        self._late_run = 0
 
     def _after_layer(self, layer: int, ids: list[int], caps: dict[int, int], prompt_weight: float) -> None:
         """A computed layer's bookkeeping: copies started for its captured experts, its routing scored."""
@@ -249,13 +251,17 @@ class Decoder:
             # a layer's wait gave up before the host's CPU experts were done (a stall of ~1 s): the rest of
             # the step read an old result, so the token is decoded again, launching each layer after them
             self.late_steps += 1
+            self._late_run += 1
             log.warning("decode step at position %d waited too long for the CPU experts; decoded again", pos)
             self.early_launch = False
-            keep = self.late_steps < self.late_limit
+            keep = self._late_run < self.late_limit
             if not keep:
-                log.warning("%d decode steps waited too long: early launch is off for this process", self.late_steps)
+                log.warning("%d decode steps in a row waited too long: early launch is off for this process",
+                            self._late_run)
             try:
                 return self.step(token, pos, temperature, seed, prompt_weight)
             finally:
                 self.early_launch = keep
+        if early:
+            self._late_run = 0
         return int(c.np_token[0])

@@ -200,3 +200,20 @@ def test_waits_that_keep_giving_up_turn_the_early_launch_off() -> None:
     run(dec, core, 4)  # every token still checked against its own step's result
     assert dec.late_steps == 2 and not dec.early_launch
     assert dec.stats.tokens == 6  # two late steps redone, then the plain launch
+
+
+def test_late_steps_that_are_not_in_a_row_keep_the_early_launch() -> None:
+    dec, core = make(early=True)
+    dec.late_limit = 2
+    core.max_wait_s = 0.05
+    slow = {3, 6}  # two late steps with on-time steps between them (a cold page-in, not a broken driver)
+    orig = dec.misses.compute
+
+    def compute(layer, x, experts, weights, out, captures):  # type: ignore[no-untyped-def]
+        if layer == 1 and int(core.np_ctrl[1]) in slow and dec.early_launch:
+            time.sleep(0.2)
+        orig(layer, x, experts, weights, out, captures)
+
+    dec.misses.compute = compute  # type: ignore[method-assign]
+    run(dec, core, 6)
+    assert dec.late_steps == 2 and dec.early_launch
