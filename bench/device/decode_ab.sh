@@ -11,9 +11,9 @@
 # $TOKENS timed). With CALL_COST=1 first: bench/kernel/call_cost.c against each tree's native/,
 # A B B A at 8 threads, gaps 0/100/400 us (the fixed cost of a one-token kernel call).
 #   usage: [ROUTINGS=skewed,uniform,calibrated] [LAYERS=18] [TOKENS=128] [REPEATS=2] [CALL_COST=1]
-#          [A_TREE=.ab/old] [B_SET="key=value ..."] bash bench/device/decode_ab.sh
-# A_TREE=. with B_SET compares two settings of the checkout (B runs with those --set values), e.g.
-# A_TREE=. B_SET="early_launch=true" (no .ab needed).
+#          [A_TREE=.ab/old] [A_SET="key=value ..."] [B_SET="key=value ..."] bash bench/device/decode_ab.sh
+# A_TREE=. with A_SET/B_SET compares two settings of the checkout (each side runs with its --set values), e.g.
+# A_TREE=. A_SET="early_launch=false" B_SET="early_launch=true" (no .ab needed).
 # $OUT: table.md (tok/s, hit rate and every phase in ms per token for each run), call_cost.txt and results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -73,10 +73,11 @@ for r in ${ROUTINGS//,/ }; do
   ck=$CK
   [ "$r" = skewed ] && ck=$CKS
   [ "$r" = calibrated ] && ck=$CKC
-  bset=()
+  aset=() bset=()
+  for kv in ${A_SET:-}; do aset+=(--set "$kv"); done
   for kv in ${B_SET:-}; do bset+=(--set "$kv"); done
-  run "$r-A1" "$A_TREE" "$ck"; run "$r-B1" . "$ck" "${bset[@]}"; run "$r-B2" . "$ck" "${bset[@]}"
-  run "$r-A2" "$A_TREE" "$ck"
+  run "$r-A1" "$A_TREE" "$ck" "${aset[@]}"; run "$r-B1" . "$ck" "${bset[@]}"; run "$r-B2" . "$ck" "${bset[@]}"
+  run "$r-A2" "$A_TREE" "$ck" "${aset[@]}"
 done
 "$PY" - "$OUT" <<'PY' | tee "$OUT/table.md"
 import json, pathlib, sys
