@@ -43,7 +43,7 @@ class EngineSettings:
     kv_ring: int = 256
     # GPU decode: each layer's graph launched before the previous layer's CPU experts are done, its first kernel
     # waiting on the host's flag (engine/gpu/decoder.py). H200 machine, session 13: logits bit-identical to the
-    # plain launch; time outside the CPU experts 0.05-0.43 ms per token lower in all six A B B A pairs (MEASURED,
+    # plain launch; time outside the CPU experts 0.01-0.49 ms per token lower in all six A B B A pairs (MEASURED,
     # docs/performance.md). After 3 steps in a row whose wait gives up, the process goes back to the plain launch.
     early_launch: bool = True
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency

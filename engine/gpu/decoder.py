@@ -4,8 +4,10 @@ Per layer the host replays the layer's graph (attention, router, resident-expert
 starts the previous layer's admission copies and scores its routing while that graph runs,
 spins until the router has published the routing in pinned memory, and runs the native kernel
 for the non-resident experts (writing its result where the next layer's graph reads it
-zero-copy). The GPU computes the resident experts meanwhile. After the last layer the tail
-graph picks the token.
+zero-copy). The GPU computes the resident experts meanwhile. With the early launch (the
+default) the graph of the layer after next is queued as soon as a layer's CPU result is
+flagged, its first kernel waiting on that flag. After the last layer the tail graph picks
+the token.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ class Decoder:
         self._kinds: list[tuple[int, int, int]] = [(0, 0, 0)] * core.cfg.num_hidden_layers  # this step's, per layer
         # Launch each layer's graph (and the tail) before the previous layer's CPU experts are done: its first
         # kernel waits on the host's flag (GpuCore.run_early), so the launch's host time and the GPU's start-up
-        # leave the critical path. Only where the core captured those graphs (a GPU); off by default until measured.
+        # leave the critical path. Only where the core captured those graphs (a GPU); the backend sets it from
+        # EngineSettings.early_launch (on by default).
         self.early_launch = False
         self.late_steps = 0  # early-launched steps decoded again because a wait gave up (GpuCore.np_late)
         # a machine where the waits keep giving up (a driver that holds queued work back, a host far slower than
