@@ -49,6 +49,9 @@ class EngineSettings:
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
+    # after a prompt the free adaptive slots take the experts its last fill_tokens tokens routed to most, each
+    # captured the first time the CPU computes it (engine/gpu/admission.py rank_fill; 0 = off)
+    fill_tokens: int = 128
     prompt_block: int = 4096
     gpu_prefill: bool = True  # prompts through the layer-major GPU path (False: token by token, for checks)
     # non-resident prompt experts: "auto" = the split from this machine's measured rates (split.py; with direct
@@ -100,6 +103,8 @@ class EngineSettings:
             raise bad("refresh_every", "must be between 0 (frozen) and 4096")
         if not 0 <= self.refresh_m <= 1024:
             raise bad("refresh_m", "must be between 0 and 1024")
+        if not 0 <= self.fill_tokens <= 131072:
+            raise bad("fill_tokens", "must be between 0 (off) and 131072")
         if not 0 <= self.prefill_weight <= 1024:
             raise bad("prefill_weight", "must be between 0 and 1024")
         if not 16 <= self.prompt_block <= 16384:

@@ -94,6 +94,8 @@ for f in sorted(out.glob("*.json"), key=lambda p: p.stat().st_mtime):
             runs, hit, phases = row["sampling"][0]["tokens_per_s"]["runs"], row["vram_hit_rate"]["median"], row["phases_ms"]
         med = sorted(runs)[len(runs) // 2] if len(runs) % 2 else sum(sorted(runs)[len(runs) // 2 - 1:][:2]) / 2
         ph = ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
+        if "tok_s_with_warmup_MEASURED" in d:
+            ph += f"; with the warm-up tokens {d['tok_s_with_warmup_MEASURED']:.2f} tok/s"
         print(f"| {f.stem} | {med:.2f} | {[round(x, 2) for x in runs]} | {hit:.3f} | {ph} |")
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         print(f"| {f.stem} | - | - | - | no result ({e!r}) |")

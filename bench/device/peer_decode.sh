@@ -264,6 +264,8 @@ def calibrated(name):  # bench.routing.calibrated_tg: one timed window
              f"of the text (prompt {r['depth']}, {r['prompt_s']} s with load)")
         if "routing_as_designed" in r:
             d += f", routing as designed {r['routing_as_designed']:.3f}, slots {r['slots']} ({r['static_slots']} static)"
+        if "tok_s_with_warmup_MEASURED" in r:
+            d += f", {r['tok_s_with_warmup_MEASURED']:.2f} tok/s with the warm-up tokens"
         if backend == "gpu" and r["backend"] != "GpuBackend":
             d = "NOT ON THE GPU: " + d
         return r["tok_s_MEASURED"], r.get("vram_hit_rate_MEASURED"), d

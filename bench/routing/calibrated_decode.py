@@ -79,7 +79,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         plan = be.plan
         adm = AdmissionSettings(settings.refresh_every, settings.refresh_m, settings.prefill_weight,
                                 capture_buffers=max(1, min(16, settings.refresh_m)))
-        sim = replay_policy(want, shape.num_local_experts, plan.n_slots, plan.n_static, a.depth, adm)
+        sim = replay_policy(want, shape.num_local_experts, plan.n_slots, plan.n_static, a.depth, adm,
+                            settings.fill_tokens)
         out["slots"], out["static_slots"] = plan.n_slots, plan.n_static
         out["SIMULATED"] = {"policy": sim.hit, "static": sim.static_hit, "lru": sim.lru, "belady": sim.belady,
                             "admissions_per_token": sim.admissions_per_token}

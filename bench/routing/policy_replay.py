@@ -36,9 +36,10 @@ class PolicyRates:
 
 
 def replay_policy(choices: np.ndarray, experts: int, slots: int, static: int = -1, prompt_tokens: int = 1024,
-                  settings: AdmissionSettings | None = None) -> PolicyRates:
+                  settings: AdmissionSettings | None = None, fill_tokens: int = 128) -> PolicyRates:
     """``choices`` int [tokens, layers, k]: the first ``prompt_tokens`` are the prompt, the rest
-    are decoded. ``static`` -1 is the engine's default (half the pool)."""
+    are decoded. ``static`` -1 is the engine's default (half the pool); ``fill_tokens`` as the
+    engine setting (the adaptive slots aimed at the prompt's last tokens; 0 = off)."""
     c = np.asarray(choices, dtype=np.int64)
     n, layers, k = c.shape
     if not 0 < prompt_tokens < n:
@@ -47,7 +48,7 @@ def replay_policy(choices: np.ndarray, experts: int, slots: int, static: int = -
     policy = AdmissionPolicy(layers, experts, s)
     policy.observe_prompt(c[:prompt_tokens])
     n_static = slots // 2 if static < 0 else min(static, slots)
-    res = seeded_residency(policy, slots, n_static, s)
+    res = seeded_residency(policy, slots, n_static, s, c[:prompt_tokens], fill_tokens)
     hits = static_hits = 0
     decode = c[prompt_tokens:]
     rows = decode.tolist()

@@ -25,16 +25,22 @@ class InstantCopier:
         return True
 
 
-def seeded_residency(policy: AdmissionPolicy, slots: int, n_static: int, settings: AdmissionSettings) -> Residency:
+def seeded_residency(policy: AdmissionPolicy, slots: int, n_static: int, settings: AdmissionSettings,
+                     prompt: np.ndarray | None = None, fill_tokens: int = 0) -> Residency:
     """A pool of ``slots`` whose static part holds :func:`rank_hot_set` of the policy's routing
-    counts so far (at most ``n_static`` experts), as the engine seeds it after the prompt."""
+    counts so far (at most ``n_static`` experts), as the engine seeds it after the prompt, with
+    the adaptive slots aimed at the ``prompt``'s (int [tokens, layers, k]) last ``fill_tokens``
+    tokens (Residency.plan_fill; EngineSettings.fill_tokens)."""
     layers, experts = policy.counts.shape
     hot = rank_hot_set(policy.counts, n_static)
     pool = SlotPool(slots, len(hot), np.full((layers, experts), -1, dtype=np.int32))
     for slot, key in enumerate(hot):
         pool.begin_copy(slot, key)
         pool.finish_copy(slot)
-    return Residency(pool, policy, InstantCopier(), settings.capture_buffers)
+    res = Residency(pool, policy, InstantCopier(), settings.capture_buffers)
+    if prompt is not None:
+        res.plan_fill(prompt, fill_tokens)
+    return res
 
 
 def decode_token(res: Residency, chosen: Sequence[list[int]], static_below: int) -> tuple[int, int]:

@@ -9,6 +9,14 @@ buffer while reading them (no second RAM read), a copy stream uploads the buffer
 victim slot (a free adaptive slot, else the lowest-scoring adaptive resident scoring below
 the candidate), and the slot table flips only when the copy has landed. So at most
 ``refresh_m`` admissions happen per refresh, and ``refresh_every = 0`` freezes residency.
+
+After a prompt the adaptive slots are re-aimed at it: the *target* is the experts its last
+``fill_tokens`` tokens routed to most (:func:`rank_fill`, as many as there are adaptive slots).
+Target experts not resident become *fill* keys, admitted the same way (captured when the CPU
+computes them) but into a free adaptive slot or over a *stale* resident, one outside the target,
+never over a resident the prompt still routes to. The first tokens of an answer (to a first
+prompt, or to a follow-up that changed the subject) so find the prompt's recent experts in VRAM
+instead of waiting for the refreshes, 2 candidates a token, to bring them.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .pool import Key, SlotPool
+from .pool import Key, SlotPool, SlotState
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +39,22 @@ class AdmissionSettings:
     prefill_weight: float = 16.0
     half_life: float = 256.0  # tokens for a score to halve
     capture_buffers: int = 16
+
+
+def rank_fill(tail: np.ndarray, counts: np.ndarray, skip: set[Key], n: int) -> list[Key]:
+    """The ``n`` experts a prompt's last tokens routed to most (``tail``: int [tokens, layers, k]),
+    ties by the lifetime ``counts``, then lower layer and expert; ``skip`` (resident or on its way)
+    and experts the tail never routed to are left out."""
+    layers, experts = counts.shape
+    recent = np.zeros((layers, experts), dtype=np.int64)
+    t = np.asarray(tail, dtype=np.int64)
+    for layer in range(t.shape[1] if t.size else 0):
+        np.add.at(recent[layer], t[:, layer].reshape(-1), 1)
+    for key in skip:
+        recent[key] = 0
+    flat, life = recent.reshape(-1), counts.reshape(-1)
+    order = np.lexsort((np.arange(flat.size), -life, -flat))
+    return [(int(i) // experts, int(i) % experts) for i in order[:n] if flat[i] > 0]
 
 
 def rank_hot_set(counts: np.ndarray, n: int) -> list[Key]:
@@ -49,6 +73,7 @@ class AdmissionPolicy:
         self.scores = np.zeros((layers, experts), dtype=np.float64)
         self.counts = np.zeros((layers, experts), dtype=np.int64)  # lifetime routing (hot-set ranking)
         self.pending: set[Key] = set()
+        self.fill: set[Key] = set()  # the last prompt's target experts not yet resident (Residency.plan_fill)
         self._since = 0
 
     @property
@@ -106,11 +131,16 @@ class AdmissionPolicy:
         self.pending = set(cand)
         return cand
 
+    @property
+    def has_candidates(self) -> bool:
+        return bool(self.pending or self.fill)
+
     def wants(self, key: Key) -> bool:
-        return key in self.pending
+        return key in self.pending or key in self.fill
 
     def admitted(self, key: Key) -> None:
         self.pending.discard(key)
+        self.fill.discard(key)
 
 
 class Copier(Protocol):
@@ -140,6 +170,7 @@ class Residency:
         self.free_buffers = list(range(n_buffers))
         self.inflight: list[tuple[int, int, object]] = []  # (slot, buffer, handle)
         self.stats = AdmissionStats()
+        self.stale: set[Key] = set()  # adaptive residents outside the last prompt's target (plan_fill)
         # the RAM residency manager (engine.residency), told which experts the CPU stops reading
         # (landed in VRAM) and reads again (evicted), so RAM under pressure gives up the former
         self.ram: Any = None
@@ -153,10 +184,39 @@ class Residency:
             log.exception("RAM residency %s failed; no longer told about admissions", method)
             self.ram = None
 
+    def plan_fill(self, routing: np.ndarray, tokens: int) -> int:
+        """After a prompt (``routing``: int [tokens, layers, k]): aim the adaptive slots at its last
+        ``tokens`` tokens (0: off). Returns the number of fill keys (target experts not resident)."""
+        self.stale = set()
+        self.policy.fill = set()
+        n_adaptive = self.pool.n_slots - self.pool.n_static
+        if self.policy.frozen or tokens <= 0 or n_adaptive <= 0:
+            return 0
+        static = {s.key for s in self.pool.slots if s.static and s.key is not None}
+        target = set(rank_fill(np.asarray(routing)[-tokens:], self.policy.counts, static, n_adaptive))
+        self.stale = {s.key for s in self.pool.slots
+                      if not s.static and s.state == SlotState.RESIDENT and s.key is not None and s.key not in target}
+        self.policy.fill = target - set(self.pool.where)
+        return len(self.policy.fill)
+
+    def _fill_slot(self) -> int | None:
+        """A slot for a fill key: a free adaptive one, else the stale resident scoring lowest."""
+        free = self.pool.free_slots(static=False)
+        if free:
+            return free[0]
+        best, best_score = None, np.inf
+        for key in self.stale:
+            slot = self.pool.where.get(key)
+            if slot is not None and self.pool.slots[slot].state == SlotState.RESIDENT:
+                sc = float(self.policy.scores[key])
+                if sc < best_score:
+                    best, best_score = slot, sc
+        return best
+
     def captures_for(self, layer: int, misses: list[int]) -> dict[int, int]:
         """expert -> capture buffer, for this layer's misses that are admission candidates."""
         out: dict[int, int] = {}
-        if not self.free_buffers or not self.policy.pending:  # most layers of a decode step
+        if not self.free_buffers or not self.policy.has_candidates:  # most layers of a decode step
             return out
         for e in misses:
             key = (layer, e)
@@ -169,7 +229,12 @@ class Residency:
         started = 0
         for e, buf in captured.items():
             key = (layer, e)
-            slot = self.pool.pick_victim(self.policy.scores, below=float(self.policy.scores[key]))
+            if key in self.policy.fill and key not in self.policy.pending:
+                slot = self._fill_slot()
+                if slot is None:
+                    self.policy.fill.clear()  # no free or stale slot left: the target is in
+            else:
+                slot = self.pool.pick_victim(self.policy.scores, below=float(self.policy.scores[key]))
             if slot is None:
                 self.free_buffers.append(buf)
                 self.stats.rejected += 1
@@ -177,6 +242,7 @@ class Residency:
                 continue
             evicted = self.pool.begin_copy(slot, key)
             if evicted is not None:
+                self.stale.discard(evicted)
                 self.stats.evictions += 1
                 self._tell_ram("experts_needed", [evicted])
             self.policy.admitted(key)

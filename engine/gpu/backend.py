@@ -90,10 +90,12 @@ class GpuBackend:
         copier = CudaCopier(self.core, self.capture) if self.core.cuda else SyncCopier(self.core, self.capture)
         self.residency = Residency(self.pool, self.policy, copier, adm.capture_buffers)
         self.misses = make_miss_experts(ck, self.core.layout, settings.threads(), prefer_native)
+        self.load_phases: dict[str, float] = {}  # seconds of load's longer steps (benches print them)
         if prefault:
             if progress is not None:
                 progress("Mapping expert pages", 0.9)
-            log.info("expert pages touched in %.1f s", self.misses.prefault())
+            self.load_phases["prefault"] = self.misses.prefault()
+            log.info("expert pages touched in %.1f s", self.load_phases["prefault"])
         self.decoder = Decoder(self.core, self.misses, self.pool, self.policy, self.residency, capture_np)
         from .prefill.runner import PrefillRunner
 
@@ -117,6 +119,7 @@ class GpuBackend:
                 progress("Compiling and capturing GPU graphs", 0.95)
             self.core.capture_graphs(early=settings.early_launch)
             self.decoder.early_launch = settings.early_launch
+            self.load_phases.update(self.core.capture_s)
         self.ram_residency = self._start_ram_residency()
         self.residency.ram = self.ram_residency  # admissions and evictions change what the CPU reads
         log.info("GPU backend: %s; CPU misses: %s", self.plan.describe(), self.misses.name)
@@ -150,7 +153,8 @@ class GpuBackend:
             if progress is not None:
                 progress("Measuring this machine's CPU and copy rates for prompts", 0.97)
             self.prefill.calibrate()
-        log.info("prompt path warmed in %.2f s", time.perf_counter() - t0)
+        self.load_phases["warm_prompt"] = time.perf_counter() - t0
+        log.info("prompt path warmed in %.2f s", self.load_phases["warm_prompt"])
 
     def _start_ram_residency(self):  # -> ResidencyManager | None
         """RAM residency for the experts the CPU reads (the misses): warm-up in the order of the
@@ -262,6 +266,7 @@ class GpuBackend:
         res = getattr(self, "ram_residency", None)  # None while __init__ installs a saved hot set
         if res is not None and keys:
             res.experts_released(keys)  # in VRAM for good: the CPU will not read them
+        self._plan_fill()  # the new pool's adaptive slots are all free
         return len(keys)
 
     def save_hot_set(self) -> None:
@@ -357,6 +362,7 @@ class GpuBackend:
         self.ids.extend(int(t) for t in ids)
         assert self.prefill.last is not None
         self.policy.observe_prompt(self.prefill.last.routing)  # prompt routing counts toward admission
+        self._plan_fill()
         self.core.logits.copy_(logits.to(self.core.logits.device))  # as after a decode step
         return logits
 
@@ -385,6 +391,13 @@ class GpuBackend:
         self._run(ids)
         self._hot_set_due()
         return self.core.logits
+
+    def _plan_fill(self) -> None:
+        """The free adaptive slots' fill set from the last prompt's final tokens (admission.rank_fill)."""
+        last = self.prefill.last if getattr(self, "prefill", None) is not None else None
+        if last is not None:
+            n = self.residency.plan_fill(last.routing, self.settings.fill_tokens)
+            log.debug("fill set: %d experts from the prompt's last %d tokens", n, self.settings.fill_tokens)
 
     def _hot_set_due(self) -> None:
         """A process with no saved hot set ranks one from what the model has routed so far, at

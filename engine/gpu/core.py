@@ -13,6 +13,8 @@ CI tests): "pinned" buffers are then ordinary host tensors and there are no grap
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -128,6 +130,7 @@ class GpuCore:
         self.np_token = _np(self.token_host)
         self.np_table = _np(self.table)
         self.graphs: list[torch.cuda.CUDAGraph] = []
+        self.capture_s: dict[str, float] = {}  # capture_graphs' phases, seconds
         self.tail_graph: torch.cuda.CUDAGraph | None = None
         self._launcher: GraphLauncher | None = None  # bare cudaGraphLaunch of the graphs above, when available
         # early_launch: layers 1.. and the tail captured again with combine_wait_kernel first, so they can be
@@ -169,6 +172,7 @@ class GpuCore:
         """Compile every kernel (one eager pass), then capture one graph per layer and the tail;
         ``early``: also the waiting variants of layers 1.. and the tail (``run_early``)."""
         assert self.cuda
+        t0 = time.perf_counter()
         n = self.cfg.num_hidden_layers
         self.np_ctrl[:] = 0
         self.np_ctrl[1] = -1
@@ -184,6 +188,7 @@ class GpuCore:
                 self.launch_tail(wait=True)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
+        t1 = time.perf_counter()
         self.graphs = []
         for i in range(self.cfg.num_hidden_layers):
             g = torch.cuda.CUDAGraph()
@@ -196,6 +201,7 @@ class GpuCore:
         self.tail_graph = g
         torch.cuda.synchronize()
         self._launcher = GraphLauncher.for_graphs([*self.graphs, g], self.dev)
+        t2 = time.perf_counter()
         self.early_graphs = []
         self._early_launcher = None
         if early:
@@ -209,6 +215,8 @@ class GpuCore:
                 self.early_graphs.append(g)
             torch.cuda.synchronize()
             self._early_launcher = GraphLauncher.for_graphs(self.early_graphs, self.dev)
+        # what a load spends here (Triton's disk cache makes the eager pass cheap after a first run)
+        self.capture_s = {"eager_pass": t1 - t0, "graphs": t2 - t1, "early_graphs": time.perf_counter() - t2}
 
     @property
     def can_early(self) -> bool:

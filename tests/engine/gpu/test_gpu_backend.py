@@ -292,3 +292,24 @@ def test_engine_state_on_disk_resumes_bit_identically(tiny_ck: Checkpoint, tmp_p
     assert torch.equal(fresh.backend.forward([7]), be.forward([7]))
     eng.close()
     fresh.close()
+
+
+def test_a_prompt_fills_the_free_adaptive_slots_from_its_last_tokens(tiny_ck: Checkpoint) -> None:
+    from engine.gpu.admission import rank_fill
+
+    be = make(tiny_ck, slots=10, refresh_every=1000, refresh_m=4, fill_tokens=4)
+    be.install_hot_set([(layer, 0) for layer in range(4)])  # 4 static, 6 adaptive free
+    be.forward(TOKENS[:10])
+    last = be.prefill.last
+    assert last is not None
+    want = rank_fill(last.routing[-4:], be.policy.counts, set(be.pool.where), 6)
+    assert len(want) == 6 and be.policy.fill == set(want)
+    run(be, TOKENS[10:14])  # no refresh due: every admission is a fill key, into a free slot
+    st = be.residency.stats
+    assert st.admissions > 0 and st.evictions == 0
+    adaptive = {s.key for s in be.pool.slots if not s.static and s.key is not None}
+    assert adaptive and adaptive <= set(want)
+    be.pool.check()
+    off = make(tiny_ck, slots=10, refresh_every=1000, refresh_m=4, fill_tokens=0)
+    off.forward(TOKENS[:10])
+    assert off.policy.fill == set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.gpu.admission import AdmissionPolicy, AdmissionSettings, Residency, rank_hot_set
+from engine.gpu.admission import AdmissionPolicy, AdmissionSettings, Residency, rank_fill, rank_hot_set
 from engine.gpu.pool import SlotPool, SlotState
 
 
@@ -237,3 +237,53 @@ def test_prompt_weight_caps_a_long_prompts_influence() -> None:
     short = np.ones((4, 2, 3), dtype=np.int64)
     policy.observe_prompt(short)
     assert policy.scores[1, 1] == pytest.approx(16.0 + 12.0)
+
+
+def test_fill_ranks_the_prompts_last_tokens_ties_by_lifetime_counts() -> None:
+    counts = np.zeros((2, 8), dtype=np.int64)
+    counts[0, 5], counts[1, 2] = 9, 3
+    tail = np.array([[[1, 5], [2, 3]], [[1, 6], [4, 3]]])  # [tokens, layers, k]
+    # (0,1) and (1,3) twice; the once-routed tie broken by lifetime counts: (0,5) 9, (1,2) 3 ... then index
+    assert rank_fill(tail, counts, set(), 4) == [(0, 1), (1, 3), (0, 5), (1, 2)]
+    assert rank_fill(tail, counts, {(0, 1)}, 10) == [(1, 3), (0, 5), (1, 2), (0, 6), (1, 4)]  # never-routed left out
+
+
+def test_fill_takes_free_slots_then_stale_residents_never_a_target_one() -> None:
+    pool, policy, res, cop = make(slots=4, static=1, refresh_every=1000, capture_buffers=4)
+    fill_static(pool, [(0, 0)])
+    for slot, key in ((1, (1, 5)), (2, (1, 7))):  # two adaptive residents; slot 3 is free
+        pool.begin_copy(slot, key)
+        pool.finish_copy(slot)
+    # the prompt's last tokens: (0,3) and (1,5) three times, (0,4) and (1,1) twice, (1,6) and (0,2) once
+    routing = np.array([[[3, 4], [5, 6]], [[3, 4], [5, 1]], [[3, 2], [5, 1]]])
+    # target: the 3 adaptive slots' worth, ties by layer: (0,3), (1,5), (0,4); (1,7) is stale
+    assert res.plan_fill(routing, 3) == 2
+    assert policy.fill == {(0, 3), (0, 4)} and res.stale == {(1, 7)}
+    assert res.captures_for(1, [1, 6]) == {}  # outside the target: no capture before a refresh
+    caps = res.captures_for(0, [3, 4])
+    assert set(caps) == {3, 4}
+    assert res.after_compute(0, caps) == 2 and res.stats.evictions == 1
+    res.poll()
+    assert {pool.slot_of((0, 3)), pool.slot_of((0, 4))} == {2, 3} and pool.slot_of((1, 7)) == -1
+    assert pool.slot_of((1, 5)) == 1 and pool.slot_of((0, 0)) == 0  # the prompt still routes to (1,5)
+    assert policy.fill == set() and res.stale == set() and len(cop.started) == 2
+    pool.check()
+
+
+def test_fill_key_without_a_free_or_stale_slot_drops_the_set() -> None:
+    pool, policy, res, _ = make(slots=2, static=0, refresh_every=1000, capture_buffers=2)
+    assert res.plan_fill(np.array([[[1, 2], [3, 4]]]), 1) == 2  # target (0,1), (0,2)
+    for e in (1, 2):
+        res.after_compute(0, res.captures_for(0, [e]))
+        res.poll()
+    policy.fill.add((1, 5))  # a key with nowhere to go: both residents are in the target
+    res.after_compute(1, res.captures_for(1, [5]))
+    assert res.stats.admissions == 2 and res.stats.rejected == 1 and res.stats.evictions == 0
+    assert policy.fill == set() and pool.slot_of((0, 1)) >= 0 and pool.slot_of((0, 2)) >= 0
+
+
+def test_no_fill_when_frozen_or_off() -> None:
+    _, policy, res, _ = make(refresh_every=0)
+    assert res.plan_fill(np.array([[[1, 2], [3, 4]]]), 8) == 0 and policy.fill == set()
+    _, policy, res, _ = make()
+    assert res.plan_fill(np.array([[[1, 2], [3, 4]]]), 0) == 0 and policy.fill == set()
