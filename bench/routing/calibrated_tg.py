@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-PHASES = ("wall", "launch", "gpu_wait", "cpu", "admission", "tail")
+PHASES = ("wall", "launch", "gpu_wait", "cpu", "admission", "tail", "adm_route", "adm_after", "adm_refresh", "adm_poll")
 
 
 def _phase_totals(stats: Any) -> dict[str, float]:

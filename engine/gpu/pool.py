@@ -44,6 +44,12 @@ class SlotPool:
         self.slots = [Slot(i, i < n_static) for i in range(n_slots)]
         self.n_static = n_static
         self.where: dict[Key, int] = {}  # key -> slot, for RESIDENT and COPYING slots
+        # numpy mirrors of the slots (state, layer, expert) so a victim is picked without a Python loop
+        # over every slot (~0.1 ms per admission at 260 slots): the decoder picks while the GPU waits
+        self._state = np.zeros(n_slots, dtype=np.int8)
+        self._layer = np.zeros(n_slots, dtype=np.int64)
+        self._expert = np.zeros(n_slots, dtype=np.int64)
+        self._adaptive = np.arange(n_slots) >= n_static
 
     # ---- queries --------------------------------------------------------------------------
     @property
@@ -72,8 +78,16 @@ class SlotPool:
         return [(int(a), int(b), int(experts - a - b)) for a, b in zip(st, ad, strict=True)]
 
     def free_slots(self, static: bool | None = None) -> list[int]:
-        return [s.index for s in self.slots
-                if s.state == SlotState.FREE and (static is None or s.static == static)]
+        free = self._state == SlotState.FREE
+        if static is not None:
+            free &= ~self._adaptive if static else self._adaptive
+        return np.flatnonzero(free).tolist()
+
+    def _set(self, s: Slot, state: SlotState, key: Key | None) -> None:
+        s.state, s.key = state, key
+        self._state[s.index] = state
+        if key is not None:
+            self._layer[s.index], self._expert[s.index] = key
 
     # ---- transitions ----------------------------------------------------------------------
     def pick_victim(self, scores: np.ndarray, below: float) -> int | None:
@@ -82,14 +96,12 @@ class SlotPool:
         free = self.free_slots(static=False)
         if free:
             return free[0]
-        best, best_score = None, below
-        for s in self.slots:
-            if s.static or s.state != SlotState.RESIDENT or s.key is None:
-                continue
-            sc = float(scores[s.key])
-            if sc < best_score:
-                best, best_score = s.index, sc
-        return best
+        cand = np.flatnonzero(self._adaptive & (self._state == SlotState.RESIDENT))
+        if cand.size == 0:
+            return None
+        sc = scores[self._layer[cand], self._expert[cand]]
+        i = int(np.argmin(sc))  # the first of equal scores: the lowest slot index
+        return int(cand[i]) if float(sc[i]) < below else None
 
     def begin_copy(self, slot: int, key: Key) -> Key | None:
         """Start filling ``slot`` with ``key``; returns the evicted key, if any."""
@@ -103,7 +115,7 @@ class SlotPool:
             evicted = s.key
             self.table[evicted] = -1  # readers stop choosing this slot from now on
             del self.where[evicted]
-        s.state, s.key = SlotState.COPYING, key
+        self._set(s, SlotState.COPYING, key)
         self.where[key] = slot
         return evicted
 
@@ -112,7 +124,7 @@ class SlotPool:
         s = self.slots[slot]
         if s.state != SlotState.COPYING or s.key is None:
             raise RuntimeError(f"slot {slot} has no copy in flight")
-        s.state = SlotState.RESIDENT
+        self._set(s, SlotState.RESIDENT, s.key)
         self.table[s.key] = slot
         return s.key
 
@@ -121,14 +133,14 @@ class SlotPool:
         if s.state != SlotState.COPYING or s.key is None:
             raise RuntimeError(f"slot {slot} has no copy in flight")
         del self.where[s.key]
-        s.state, s.key = SlotState.FREE, None
+        self._set(s, SlotState.FREE, None)
 
     def clear(self) -> None:
         """Forget every resident expert (copies in flight must have finished)."""
         if self.copying():
             raise RuntimeError("cannot clear the pool while copies are in flight")
         for s in self.slots:
-            s.state, s.key = SlotState.FREE, None
+            self._set(s, SlotState.FREE, None)
         self.where.clear()
         self.table[:] = -1
 
@@ -143,3 +155,7 @@ class SlotPool:
                     assert s.state == SlotState.RESIDENT and s.key == (layer, e), (layer, e, s)
         for key, slot in self.where.items():
             assert self.slots[slot].key == key
+        for s in self.slots:  # the numpy mirrors
+            assert self._state[s.index] == s.state and self._adaptive[s.index] == (not s.static), s
+            if s.key is not None:
+                assert (self._layer[s.index], self._expert[s.index]) == s.key, s

@@ -287,3 +287,30 @@ def test_no_fill_when_frozen_or_off() -> None:
     assert res.plan_fill(np.array([[[1, 2], [3, 4]]]), 8) == 0 and policy.fill == set()
     _, policy, res, _ = make()
     assert res.plan_fill(np.array([[[1, 2], [3, 4]]]), 0) == 0 and policy.fill == set()
+
+
+def test_victim_pick_equals_the_slot_by_slot_rule() -> None:
+    """pick_victim (numpy mirrors) against the rule written as a loop: a free adaptive slot first,
+    else the lowest-scoring resident adaptive slot below ``below``, the lowest index on ties."""
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        layers, experts, n = 3, 6, 8
+        pool = SlotPool(n, int(rng.integers(0, 4)), np.full((layers, experts), -1, dtype=np.int32))
+        keys = [(int(a), int(b)) for a, b in zip(*np.unravel_index(rng.permutation(layers * experts)[:n],
+                                                                   (layers, experts)), strict=True)]
+        for slot, key in enumerate(keys):
+            r = rng.random()
+            if r < 0.8:
+                pool.begin_copy(slot, key)
+                if r < 0.6:
+                    pool.finish_copy(slot)
+        scores = rng.integers(0, 4, size=(layers, experts)).astype(np.float64)  # many ties
+        below = float(rng.integers(0, 5))
+        want = next((s.index for s in pool.slots if not s.static and s.state == SlotState.FREE), None)
+        if want is None:
+            best = below
+            for s in pool.slots:
+                if not s.static and s.state == SlotState.RESIDENT and s.key is not None and scores[s.key] < best:
+                    want, best = s.index, float(scores[s.key])
+        assert pool.pick_victim(scores, below) == want, trial
+        pool.check()
