@@ -64,3 +64,32 @@ def replay_policy(choices: np.ndarray, experts: int, slots: int, static: int = -
     return PolicyRates(slots, n_static, len(rows), hits / uses, static_hits / uses,
                        res.stats.admissions / len(rows), lru / uses, (uses - lru) / len(rows), bel / uses)
 
+
+
+def replay_follow_up(choices: np.ndarray, experts: int, slots: int, prompt: int, answer: int, follow_up: int,
+                     window: int = 128, fill_tokens: int = 128, settings: AdmissionSettings | None = None) -> tuple[
+                         float, float]:
+    """A conversation's two turns on one trace: a ``prompt``, an ``answer`` decoded, a ``follow_up``
+    prompt, then ``window`` decoded tokens. Returns the hit rates (SIMULATED) of the first ``window``
+    tokens of each answer, with the adaptive slots aimed at each prompt's end (``fill_tokens``) as
+    the GPU backend does after every prompt (0 = off)."""
+    c = np.asarray(choices, dtype=np.int64)
+    n, layers, k = c.shape
+    if prompt + answer + follow_up + window > n or min(prompt, answer, follow_up, window) < 1 or answer < window:
+        raise ValueError(f"the trace of {n} tokens must hold prompt + answer + follow_up + window, answer >= window")
+    s = settings or AdmissionSettings()
+    policy = AdmissionPolicy(layers, experts, s)
+    policy.observe_prompt(c[:prompt])
+    res = seeded_residency(policy, slots, slots // 2, s, c[:prompt], fill_tokens)
+    n_static = res.pool.n_static
+
+    def decode(lo: int, hi: int) -> float:
+        hits = sum(decode_token(res, tok, n_static)[0] for tok in c[lo:hi].tolist())
+        return hits / ((hi - lo) * layers * k)
+
+    first = decode(prompt, prompt + window)
+    decode(prompt + window, prompt + answer)
+    at = prompt + answer
+    policy.observe_prompt(c[at : at + follow_up])
+    res.plan_fill(c[at : at + follow_up], fill_tokens)
+    return first, decode(at + follow_up, at + follow_up + window)
