@@ -201,17 +201,8 @@ class Residency:
 
     def _fill_slot(self) -> int | None:
         """A slot for a fill key: a free adaptive one, else the stale resident scoring lowest."""
-        free = self.pool.free_slots(static=False)
-        if free:
-            return free[0]
-        best, best_score = None, np.inf
-        for key in self.stale:
-            slot = self.pool.where.get(key)
-            if slot is not None and self.pool.slots[slot].state == SlotState.RESIDENT:
-                sc = float(self.policy.scores[key])
-                if sc < best_score:
-                    best, best_score = slot, sc
-        return best
+        stale = [slot for key in self.stale if (slot := self.pool.where.get(key)) is not None]
+        return self.pool.pick_victim(self.policy.scores, below=np.inf, among=stale)
 
     def captures_for(self, layer: int, misses: list[int]) -> dict[int, int]:
         """expert -> capture buffer, for this layer's misses that are admission candidates."""

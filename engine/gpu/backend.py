@@ -393,7 +393,7 @@ class GpuBackend:
         return self.core.logits
 
     def _plan_fill(self) -> None:
-        """The free adaptive slots' fill set from the last prompt's final tokens (admission.rank_fill)."""
+        """Aim the adaptive slots at the last prompt's final tokens (Residency.plan_fill)."""
         last = self.prefill.last if getattr(self, "prefill", None) is not None else None
         if last is not None:
             n = self.residency.plan_fill(last.routing, self.settings.fill_tokens)

@@ -90,13 +90,17 @@ class SlotPool:
             self._layer[s.index], self._expert[s.index] = key
 
     # ---- transitions ----------------------------------------------------------------------
-    def pick_victim(self, scores: np.ndarray, below: float) -> int | None:
+    def pick_victim(self, scores: np.ndarray, below: float, among: list[int] | None = None) -> int | None:
         """An adaptive slot to reuse: a free one first, else the resident adaptive slot with the
-        lowest score, provided that score is below ``below``. COPYING slots are never picked."""
+        lowest score (of the slots ``among``, when given), provided that score is below ``below``.
+        COPYING slots are never picked."""
         free = self.free_slots(static=False)
         if free:
             return free[0]
-        cand = np.flatnonzero(self._adaptive & (self._state == SlotState.RESIDENT))
+        allowed = self._adaptive & (self._state == SlotState.RESIDENT)
+        if among is not None:
+            allowed &= np.isin(np.arange(self.n_slots), among)
+        cand = np.flatnonzero(allowed)
         if cand.size == 0:
             return None
         sc = scores[self._layer[cand], self._expert[cand]]

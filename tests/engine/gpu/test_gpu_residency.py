@@ -306,11 +306,14 @@ def test_victim_pick_equals_the_slot_by_slot_rule() -> None:
                     pool.finish_copy(slot)
         scores = rng.integers(0, 4, size=(layers, experts)).astype(np.float64)  # many ties
         below = float(rng.integers(0, 5))
-        want = next((s.index for s in pool.slots if not s.static and s.state == SlotState.FREE), None)
-        if want is None:
-            best = below
-            for s in pool.slots:
-                if not s.static and s.state == SlotState.RESIDENT and s.key is not None and scores[s.key] < best:
-                    want, best = s.index, float(scores[s.key])
-        assert pool.pick_victim(scores, below) == want, trial
+        among = [i for i in range(n) if rng.random() < 0.5]
+        for allowed in (None, among):
+            want = next((s.index for s in pool.slots if not s.static and s.state == SlotState.FREE), None)
+            if want is None:
+                best = below
+                for s in pool.slots:
+                    if (not s.static and s.state == SlotState.RESIDENT and s.key is not None and scores[s.key] < best
+                            and (allowed is None or s.index in allowed)):
+                        want, best = s.index, float(scores[s.key])
+            assert pool.pick_victim(scores, below, allowed) == want, (trial, allowed)
         pool.check()
