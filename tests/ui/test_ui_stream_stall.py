@@ -1,7 +1,14 @@
 """Streaming a long answer with code (issue 21 point 9): a scripted engine feeds token deltas to the
 chat view at a fixed rate while a QTimer probe measures how long the GUI event loop goes without
 turning. Renders touch only the growing end, so no stall passes 50 ms and the render work stays
-about linear in the answer's length."""
+about linear in the answer's length.
+
+A stall is judged by the GUI thread's own CPU time between two turns of the loop: on the shared
+2-core machines a plain ``time.sleep(0.005)`` with no Qt at all sometimes wakes 30-70 ms late
+(MEASURED here: 33.6 ms within a minute on an idle machine; a 72.9 ms gap with 2.3 ms of the
+thread's CPU and no involuntary switch), which is the machine's scheduler, not our work. The wall
+gaps are printed beside it. This test has no other thread, so time off the CPU is not a wait on
+a lock of ours."""
 
 from __future__ import annotations
 
@@ -45,8 +52,9 @@ def answer_tokens(n_tokens: int) -> list[str]:
     return [text[i : i + 4] for i in range(0, len(text), 4)]
 
 
-def stream(qtbot, n_tokens: int, tok_per_s: float) -> tuple[float, float, int, int]:
-    """(max event-loop gap in s, total render seconds, characters rendered, most in one update)"""
+def stream(qtbot, n_tokens: int, tok_per_s: float) -> tuple[float, float, float, float, int, int]:
+    """(most GUI-thread CPU seconds between two turns of the loop, that gap's wall seconds, the
+    longest wall gap, total render seconds, characters rendered, most in one update)"""
     warm_up_lexers().join()  # as the main window does at start
     freeze_long_lived()  # as the main window does once it is built (ui/latency.py)
     view = ChatView(MarkdownRenderer())
@@ -74,13 +82,13 @@ def stream(qtbot, n_tokens: int, tok_per_s: float) -> tuple[float, float, int, i
             state["i"] += 1
             w.set_stream(state["text"], "")
 
-    gaps: list[float] = []
-    last = [time.perf_counter()]
+    gaps: list[tuple[float, float]] = []  # (GUI-thread CPU s, wall s) between two probes
+    last = [time.perf_counter(), time.thread_time()]
 
     def probe() -> None:
-        now = time.perf_counter()
-        gaps.append(now - last[0])
-        last[0] = now
+        now, cpu = time.perf_counter(), time.thread_time()
+        gaps.append((cpu - last[1], now - last[0]))
+        last[0], last[1] = now, cpu
 
     feeder, prober = QTimer(), QTimer()
     feeder.timeout.connect(feed)
@@ -92,7 +100,8 @@ def stream(qtbot, n_tokens: int, tok_per_s: float) -> tuple[float, float, int, i
     feeder.stop()
     prober.stop()
     QApplication.processEvents()
-    return max(gaps), state["render_s"], w.body.rendered_chars, w.body.max_render_chars
+    cpu, wall = max(gaps)
+    return cpu, wall, max(g[1] for g in gaps), state["render_s"], w.body.rendered_chars, w.body.max_render_chars
 
 
 def test_split_finished_never_cuts_inside_a_fence():
@@ -147,10 +156,11 @@ def test_streaming_work_per_update_is_bounded_and_total_is_linear(qtbot):
 @pytest.mark.qt_log_ignore("does not support propagateSizeHints")
 def test_streaming_8000_tokens_with_code_at_60_per_s_never_stalls(qtbot):
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    gap, render_s, chars, most = stream(qtbot, 8000, 60.0)
-    _g, _render_half, chars_half, _m = stream(qtbot, 4000, 60.0)
+    cpu, cpu_wall, wall, render_s, chars, most = stream(qtbot, 8000, 60.0)
+    *_x, chars_half, _m = stream(qtbot, 4000, 60.0)
     assert chars <= 2.6 * chars_half  # twice the answer, about twice the render work
     load = max(load0, os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
-    print(f"MEASURED 8000 tokens at 60 tok/s: max gap {gap * 1000:.1f} ms, render {render_s:.2f} s, chars {chars}, "
-          f"most in one update {most}, load average {load:.1f} on {os.cpu_count()} cores")
-    assert gap <= 0.050 + 0.005, f"max gap {gap * 1000:.0f} ms"  # the probe's own 5 ms period
+    print(f"MEASURED 8000 tokens at 60 tok/s: most GUI-thread CPU between two turns {cpu * 1000:.1f} ms "
+          f"(a {cpu_wall * 1000:.1f} ms gap), longest wall gap {wall * 1000:.1f} ms, render {render_s:.2f} s, "
+          f"chars {chars}, most in one update {most}, load average {load:.1f} on {os.cpu_count()} cores")
+    assert cpu <= 0.050, f"the GUI thread worked {cpu * 1000:.0f} ms without turning the event loop"
