@@ -1,0 +1,140 @@
+"""Where a CPU-engine decode token goes: the native kernels, their bytes, and everything else.
+
+    python -m bench.kernel.cpu_decode_split CKPT [--threads 2] [--tokens 48] [--json]
+
+Loads CKPT on the CPU engine (the shipping path: native experts, native one-token projections and
+attention, bf16), decodes ``--tokens`` teacher-forced tokens once plainly (the tok/s a user gets)
+and once with each native entry point timed (the split), and reads the checkpoint's expert bytes
+once with the same thread team (the DRAM probe). It prints ms per token and GB/s per part, the
+bytes a token must read, and the floor those bytes set at the probe's rate (CALCULATED): the time
+no arrangement of the same arithmetic can beat on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+
+def _kind(name: str) -> str:
+    if name.endswith("lm_head.weight") or name.endswith("embed_tokens.weight"):
+        return "head"
+    return name.split(".")[-2]  # q_proj, k_proj, v_proj, o_proj, router
+
+
+def run(ckpt: str, threads: int, tokens: int) -> dict[str, Any]:
+    import torch
+
+    from engine.session import Engine
+    from engine.settings import EngineSettings
+
+    eng = Engine.load(ckpt, EngineSettings(backend="cpu", cpu_threads=threads))
+    be: Any = eng.backend
+    model = getattr(be, "model", None)
+    if getattr(be, "name", "") != "cpu-native" or model is None or model._native is None:
+        eng.close()
+        raise ValueError("the native CPU engine did not load (see `neural doctor`); nothing to split")
+    experts_fn, native = model.experts_fn, model._native
+    kernel, cfg = native.kernel, model.cfg
+    feed = [int(i) for i in np.random.default_rng(0).integers(100, min(cfg.vocab_size, 30000), 3 * tokens + 8)]
+    be.forward(feed[:8])  # the prompt; every dense weight is loaded from here on
+    for t in feed[8 : 8 + tokens]:  # warm: first touch of the experts' pages is not decode
+        be.forward([t])
+    t0 = time.perf_counter()
+    for t in feed[8 + tokens : 8 + 2 * tokens]:
+        be.forward([t])
+    plain_s = (time.perf_counter() - t0) / tokens
+
+    names = {id(w): n for n, w in model._dense.items()}
+    spent: dict[str, float] = defaultdict(float)
+    nbytes: dict[str, float] = defaultdict(float)
+    record = int(experts_fn.__self__.record_bytes)
+
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None:
+        a = time.perf_counter()
+        y = native(x, w, b)
+        k = _kind(names.get(id(w), "other.linear"))
+        spent[k] += time.perf_counter() - a
+        nbytes[k] += w.numel() * 2 + (0 if b is None else b.numel() * 2)
+        return y
+
+    def experts(layer: int, t: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor, **kw: Any) -> torch.Tensor:
+        a = time.perf_counter()
+        y = experts_fn(layer, t, idx, weights, **kw)
+        spent["experts"] += time.perf_counter() - a
+        nbytes["experts"] += len(set(idx.reshape(-1).tolist())) * record
+        return y
+
+    attn = model._native_attn
+
+    def attention(*args: Any) -> Any:
+        a = time.perf_counter()
+        y = attn(*args)
+        spent["attention"] += time.perf_counter() - a
+        return y
+
+    model._native, model.experts_fn, model._native_attn = linear, experts, attention
+    try:
+        t0 = time.perf_counter()
+        for t in feed[8 + 2 * tokens : 8 + 3 * tokens]:
+            be.forward([t])
+        split_s = (time.perf_counter() - t0) / tokens
+    finally:
+        model._native, model.experts_fn, model._native_attn = native, experts_fn, attn
+    arrays = [model.ck.array(f"model.layers.{i}.mlp.experts.gate_up_proj_blocks") for i in range(cfg.num_hidden_layers)]
+    kernel.probe_read(arrays[0])  # warm
+    t0 = time.perf_counter()
+    read = 0
+    for arr in arrays:
+        kernel.probe_read(arr)
+        read += arr.nbytes
+    probe = read / (time.perf_counter() - t0)
+    eng.close()
+    parts = {k: {"ms_per_token": 1e3 * v / tokens, "MB_per_token": nbytes[k] / tokens / 1e6,
+                 "GB_s": nbytes[k] / v / 1e9 if v > 0 and nbytes[k] else None} for k, v in spent.items()}
+    native_s = sum(spent.values()) / tokens
+    token_bytes = sum(nbytes.values()) / tokens
+    return {"ckpt": ckpt, "threads": threads, "tokens": tokens, "isa": kernel.isa,
+            "tok_s_MEASURED": 1.0 / plain_s, "ms_per_token_MEASURED": 1e3 * plain_s,
+            "ms_per_token_split": 1e3 * split_s, "parts": parts,
+            "other_ms_per_token": 1e3 * (split_s - native_s),
+            "MB_per_token": token_bytes / 1e6, "probe_GB_s_MEASURED": probe / 1e9,
+            "floor_ms_CALCULATED": 1e3 * token_bytes / probe, "floor_tok_s_CALCULATED": probe / token_bytes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.kernel.cpu_decode_split", description=__doc__.split("\n\n")[0])
+    p.add_argument("ckpt")
+    p.add_argument("--threads", type=int, default=2, help="the native team (the CPU engine's threads)")
+    p.add_argument("--tokens", type=int, default=48, help="decode tokens per phase (warm, plain, split)")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    if a.tokens < 1 or a.threads < 1:
+        p.error("--tokens and --threads must be >= 1")
+    try:
+        r = run(a.ckpt, a.threads, a.tokens)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if a.json:
+        print(json.dumps(r))
+        return 0
+    print(f"{r['ckpt']}: {r['threads']} threads, {r['isa']}; {r['tok_s_MEASURED']:.2f} tok/s "
+          f"({r['ms_per_token_MEASURED']:.2f} ms/token; {r['ms_per_token_split']:.2f} with the timers) MEASURED")
+    for k, v in sorted(r["parts"].items(), key=lambda kv: -kv[1]["ms_per_token"]):
+        rate = f"{v['GB_s']:6.1f} GB/s" if v["GB_s"] else "     -     "
+        print(f"  {k:10s} {v['ms_per_token']:7.3f} ms  {v['MB_per_token']:7.1f} MB  {rate}")
+    print(f"  {'other':10s} {r['other_ms_per_token']:7.3f} ms  (Python, torch's norms, RoPE, top-k, adds)")
+    print(f"bytes per token {r['MB_per_token']:.1f} MB; DRAM probe {r['probe_GB_s_MEASURED']:.1f} GB/s: floor "
+          f"{r['floor_ms_CALCULATED']:.2f} ms = {r['floor_tok_s_CALCULATED']:.1f} tok/s (CALCULATED)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

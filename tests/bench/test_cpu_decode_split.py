@@ -1,0 +1,35 @@
+"""bench.kernel.cpu_decode_split on the tiny synthetic checkpoint: every native entry point is
+timed and its bytes counted as the shapes give them; plumbing, not speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.kernel import cpu_decode_split
+
+
+def test_split_counts_each_part(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.checkpoint import Checkpoint
+
+    cfg = Checkpoint.open(tiny_model).config
+    rc = cpu_decode_split.main([str(tiny_model), "--threads", "1", "--tokens", "3", "--json"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out.strip())
+    parts = d["parts"]
+    assert {"q_proj", "k_proj", "v_proj", "o_proj", "router", "head", "experts", "attention"} <= set(parts)
+    h, layers = cfg.hidden_size, cfg.num_hidden_layers
+    q_bytes = cfg.num_attention_heads * cfg.head_dim * h * 2 + cfg.num_attention_heads * cfg.head_dim * 2
+    assert parts["q_proj"]["MB_per_token"] * 1e6 == pytest.approx(layers * q_bytes)
+    assert parts["head"]["MB_per_token"] * 1e6 == pytest.approx(cfg.vocab_size * h * 2)
+    assert parts["experts"]["MB_per_token"] > 0
+    assert d["floor_ms_CALCULATED"] == pytest.approx(d["MB_per_token"] / d["probe_GB_s_MEASURED"], rel=1e-6)
+    assert d["tok_s_MEASURED"] > 0 and d["ms_per_token_split"] > 0
+
+
+def test_bad_tokens_are_named(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cpu_decode_split.main([str(tiny_model), "--tokens", "0"])
+    assert "--tokens" in capsys.readouterr().err
