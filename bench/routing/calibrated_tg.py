@@ -16,7 +16,7 @@ warm-up run:
 - the steps run inside the RAM residency's ``computing()``, as Engine._run's do (its background
   page warmer pauses).
 Prints one JSON line: tok_s_MEASURED (and with the warm-up tokens counted), and over the timed
-tokens (GPU only) vram_hit_rate_MEASURED, routing_as_designed, cpu_experts_per_token and the
+tokens (GPU only) vram_hit_rate_MEASURED, routing_as_designed, cpu_experts_per_token, admissions_per_token and the
 decoder's phases_ms (ms per token), slots, static_slots.
 """
 
@@ -67,6 +67,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             dec.record_routing = []
             h0, r0 = dec.stats.hits, dec.stats.routed
             p0 = _phase_totals(dec.stats)
+            adm = dec.residency.stats
+            a0 = adm.admissions
         t0 = time.perf_counter()
         for tok in timed:
             int(torch.argmax(forward([tok])))  # the greedy pick: a host sync per token, as the engine's sampler
@@ -80,6 +82,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     if dec is not None:
         out["vram_hit_rate_MEASURED"] = (dec.stats.hits - h0) / max(1, dec.stats.routed - r0)
         out["cpu_experts_per_token"] = ((dec.stats.routed - r0) - (dec.stats.hits - h0)) / a.tokens
+        # each admission is a capture: the CPU kernel also writes the expert out (bench.kernel.capture_cost)
+        out["admissions_per_token"] = (adm.admissions - a0) / a.tokens
+        out["admissions_before_timed"] = a0  # since the load: the hot set, the fill, the warm-up
         p1 = _phase_totals(dec.stats)
         out["phases_ms"] = {k: round(1e3 * (p1[k] - p0[k]) / a.tokens, 3) for k in p0}
         got = np.sort(np.stack(dec.record_routing), axis=-1)
