@@ -65,7 +65,6 @@ def replay_policy(choices: np.ndarray, experts: int, slots: int, static: int = -
                        res.stats.admissions / len(rows), lru / uses, (uses - lru) / len(rows), bel / uses)
 
 
-
 def replay_follow_up(choices: np.ndarray, experts: int, slots: int, prompt: int, answer: int, follow_up: int,
                      window: int = 128, fill_tokens: int = 128, settings: AdmissionSettings | None = None) -> tuple[
                          float, float]:
