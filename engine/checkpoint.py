@@ -81,8 +81,7 @@ class Checkpoint:
         self._fingerprint: str | None = None
 
     @classmethod
-    def open(cls, model_dir: str | Path, huge_pages: bool = False) -> Checkpoint:
-        """``huge_pages``: map the shards for 2 MiB pages where the OS allows (SafetensorsFile)."""
+    def open(cls, model_dir: str | Path) -> Checkpoint:
         d = Path(model_dir)
         if not d.is_dir():
             raise CheckpointError(f"{d}: model folder not found")
@@ -112,7 +111,7 @@ class Checkpoint:
             fp = d / fname
             if not fp.is_file():
                 raise CheckpointError(f"{fp}: shard listed in {INDEX_NAME} is missing")
-            files[fname] = SafetensorsFile(fp, huge_pages)
+            files[fname] = SafetensorsFile(fp)
         if not where:
             where = {n: SINGLE_NAME for n in files[SINGLE_NAME].tensors}
         ck = cls(d, cfg, files, where)
@@ -151,11 +150,6 @@ class Checkpoint:
         except KeyError as exc:
             raise CheckpointError(f"{self.model_dir}: tensor {name!r} is missing") from exc
         return fname, info.start, info.end
-
-    @property
-    def shards(self) -> list[str]:
-        """The shard file names, sorted."""
-        return sorted(self._files)
 
     def shard_mapping(self, fname: str) -> np.ndarray:
         """The whole read-only mapping of one shard file (uint8), as the tensor views use it."""

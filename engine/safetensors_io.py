@@ -48,14 +48,10 @@ class TensorInfo:
 
 
 class SafetensorsFile:
-    """One ``.safetensors`` file: header parsed eagerly, data mapped on first use.
+    """One ``.safetensors`` file: header parsed eagerly, data mapped on first use."""
 
-    ``huge_pages``: map it 2 MiB-aligned with ``MADV_HUGEPAGE`` where the OS allows
-    (engine/residency/huge_map.py), so cached 2 MiB folios are mapped with 2 MiB entries."""
-
-    def __init__(self, path: str | Path, huge_pages: bool = False) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.huge_pages = huge_pages
         try:
             size = self.path.stat().st_size
             with open(self.path, "rb") as f:
@@ -97,16 +93,11 @@ class SafetensorsFile:
                     f"{self.path}: truncated — tensor {name!r} ends at byte {base + b} but the file has {size} B"
                 )
             self.tensors[name] = TensorInfo(name, dtype, shape, base + a, base + b)
-        self._map: np.ndarray | None = None
+        self._map: np.memmap | None = None
 
-    def _mapped(self) -> np.ndarray:
+    def _mapped(self) -> np.memmap:
         if self._map is None:
-            if self.huge_pages:
-                from engine.residency.huge_map import map_aligned
-
-                self._map = map_aligned(self.path)
-            if self._map is None:
-                self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
         return self._map
 
     def array(self, name: str) -> np.ndarray:

@@ -166,7 +166,7 @@ class Engine:
         settings = settings or EngineSettings()
         if progress:
             progress("Opening checkpoint", 0.0)
-        ck = Checkpoint.open(model_dir, settings.huge_pages)
+        ck = Checkpoint.open(model_dir)
         load_tokenizer(ck.model_dir)  # fail early, before any heavy backend work
         backend, note = _select_backend(ck, settings, progress, store_path)
         eng = cls(ck, settings, backend, note)

@@ -77,9 +77,6 @@ class EngineSettings:
     ram_budget_gib: float = 0.0  # RAM for store pages; 0 = auto (what is free minus headroom)
     warmup: bool = True  # read the store into RAM in the background after load
     mlock_gib: float = 0.0  # lock this much of the hottest store in RAM (Linux mlock; Windows soft minimum)
-    # map the checkpoint 2 MiB-aligned with MADV_HUGEPAGE (Linux; engine/residency/huge_map.py), so the page
-    # cache's 2 MiB folios are mapped with 2 MiB entries; elsewhere the ordinary mapping
-    huge_pages: bool = False
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> SettingsError:
@@ -115,7 +112,7 @@ class EngineSettings:
             raise bad("prefill_weight", "must be between 0 and 1024")
         if not 16 <= self.prompt_block <= 16384:
             raise bad("prompt_block", "must be between 16 and 16384")
-        for flag in ("gpu_prefill", "warm_prompt", "early_launch", "huge_pages"):
+        for flag in ("gpu_prefill", "warm_prompt", "early_launch"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):

@@ -12,7 +12,7 @@ direct copies).
     python -m bench.kernel.page_bench --collapse CKPT_DIR [--threads 8]
 
 Modes: ``tmpfs-4k`` the file in tmpfs mapped as the engine maps it today; ``tmpfs-2m`` a copy of it in tmpfs mapped
-2 MiB-aligned and collapsed (engine/residency/huge_map.py); ``disk`` a copy on the disk's file system mapped plainly
+2 MiB-aligned and collapsed (bench/kernel/huge_map.py); ``disk`` a copy on the disk's file system mapped plainly
 (the kernel's own choice; newer ext4/xfs cache large folios); ``anon-2m`` / ``anon-4k`` anonymous memory with and
 without MADV_HUGEPAGE (the C harness's kind). The table gives each mapping's bytes mapped with 2 MiB entries, so a
 mode that did not get the pages it names shows it.
@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.residency.huge_map import HUGE, collapse, map_aligned, pmd_mapped_bytes
 from engine.store.native_experts import expert_ref_from_record
 from engine.store.reader import ExpertStore
 from native.kernel import load_kernel
 
+from .huge_map import HUGE, collapse, map_aligned, pmd_mapped_bytes
 from .kernel_bench import EXPERTS_PER_CALL, H120, I120, write_synthetic_store
 
 MODES = ("tmpfs-4k", "tmpfs-2m", "disk", "anon-2m", "anon-4k")

@@ -17,8 +17,7 @@ warm-up run:
   page warmer pauses).
 Prints one JSON line: tok_s_MEASURED (and with the warm-up tokens counted), and over the timed
 tokens (GPU only) vram_hit_rate_MEASURED, routing_as_designed, cpu_experts_per_token, admissions_per_token and the
-decoder's phases_ms (ms per token), slots, static_slots, and huge_mapped_gib (the checkpoint's bytes mapped
-with 2 MiB entries).
+decoder's phases_ms (ms per token), slots, static_slots.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ def _phase_totals(stats: Any) -> dict[str, float]:
 def run(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from engine.residency.huge_map import pmd_mapped_bytes
     from engine.session import Engine
     from engine.synth.calibrated import calibrated_text, designed_trace
 
@@ -94,9 +92,6 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         out["routing_as_designed"] = float((got == want).all(-1).mean())
         out["slots"], out["static_slots"] = be.plan.n_slots, be.plan.n_static
         out["load_phases_s"] = {k: round(v, 3) for k, v in getattr(be, "load_phases", {}).items()}
-    # how much of the checkpoint this process maps with 2 MiB entries (the huge_pages setting's effect)
-    huge = sum(pmd_mapped_bytes(engine.ck.shard_mapping(f)) for f in engine.ck.shards)
-    out["huge_mapped_gib"] = round(huge / 2**30, 2)
     engine.close()
     return out
 

@@ -1,8 +1,9 @@
-"""The 2 MiB-aligned checkpoint mapping: same bytes, read-only, alive while a view is, and collapsible on tmpfs."""
+"""bench.kernel.huge_map: same bytes, read-only, alive while a view is, collapsible on tmpfs; page_bench runs."""
 
 from __future__ import annotations
 
 import gc
+import io
 import os
 import sys
 from pathlib import Path
@@ -10,12 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.checkpoint import Checkpoint
+from bench.kernel.huge_map import HUGE, collapse, map_aligned, pmd_mapped_bytes
+from bench.kernel.page_bench import run_page_bench
 from engine.residency import os_memory
-from engine.residency.huge_map import HUGE, collapse, map_aligned, pmd_mapped_bytes
-from engine.session import Engine
-from engine.settings import EngineSettings, SettingsError
-from engine.types import Conversation, GenerationParams, Message, TextDelta
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="aligned mappings are Linux only")
 
@@ -49,7 +47,7 @@ def test_a_slice_keeps_the_mapping_alive(tmp_path):
 
 
 def test_elsewhere_the_caller_keeps_its_ordinary_mapping(tmp_path, monkeypatch):
-    import engine.residency.huge_map as hm
+    import bench.kernel.huge_map as hm
 
     monkeypatch.setattr(hm, "_libc", None)
     _file(tmp_path / "a.bin", 4096)
@@ -78,33 +76,14 @@ def test_collapse_maps_a_tmpfs_file_with_2mib_entries():
         path.unlink(missing_ok=True)
 
 
-def test_checkpoint_reads_the_same_tensors_either_way(tiny_model):
-    plain, huge = Checkpoint.open(tiny_model), Checkpoint.open(tiny_model, huge_pages=True)
-    try:
-        assert huge.fingerprint() == plain.fingerprint()
-        for name in ("model.layers.0.mlp.experts.gate_up_proj_blocks", "model.embed_tokens.weight"):
-            assert np.array_equal(huge.array(name), plain.array(name))
-        if sys.platform.startswith("linux"):
-            shard = next(iter(huge._files))
-            assert int(huge.shard_mapping(shard).ctypes.data) % HUGE == 0
-    finally:
-        plain.close()
-        huge.close()
-
-
-def test_engine_generates_the_same_tokens_with_huge_pages(tiny_model):
-    conv = Conversation((Message("user", "hello"),), current_date="2026-12-03")
-    texts = []
-    for huge in (False, True):
-        eng = Engine.load(tiny_model, EngineSettings(backend="cpu", dtype="float32", huge_pages=huge))
-        try:
-            texts.append("".join(e.text for e in eng.generate(conv, GenerationParams(temperature=0, max_tokens=8))
-                                 if isinstance(e, TextDelta)))
-        finally:
-            eng.close()
-    assert texts[0] == texts[1] and texts[0]
-
-
-def test_huge_pages_must_be_a_bool():
-    with pytest.raises(SettingsError, match="huge_pages"):
-        EngineSettings(huge_pages="yes")  # type: ignore[arg-type]
+@linux
+def test_page_bench_reads_each_mapping_and_reports_its_pages(tmp_path):
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    r = run_page_bench(["tmpfs-4k", "anon-2m", "anon-4k"], threads=1, store_gib=0.06, shm=str(shm),
+                       disk=str(tmp_path), rounds=1, seconds=0.05, dma=False, log=io.StringIO())
+    rows = {row["mode"]: row for row in r["rows"]}
+    assert list(rows) == ["tmpfs-4k", "anon-2m", "anon-4k"]
+    assert all(row["probe_gbps"] > 0 and row["kernel_gbps"] > 0 for row in rows.values())
+    assert rows["anon-4k"]["pmd_mib"] == 0  # MADV_NOHUGEPAGE held
+    assert not list(shm.iterdir())  # the bench removes its store files

@@ -1,13 +1,16 @@
-"""A checkpoint file mapped read-only at a 2 MiB-aligned address, so its pages can be mapped huge (Linux).
+"""A file mapped read-only at a 2 MiB-aligned address, so its pages can be mapped huge (Linux; bench.kernel.page_bench).
 
-Why: the CPU expert kernel streams 13 MB experts out of the page cache. Linux maps a cached 2 MiB folio with one
+The CPU expert kernel streams 13 MB experts out of the page cache. Linux maps a cached 2 MiB folio with one
 page-table entry (PMD) only where the virtual address and the file offset agree modulo 2 MiB. Python's mmap lets
 the kernel pick the address; disk file systems align it, tmpfs does not unless its huge pages are switched on.
 ``MADV_HUGEPAGE`` asks read-ahead and khugepaged for 2 MiB folios; ``MADV_COLLAPSE`` (Linux 6.1+) rebuilds pages
 already cached at 4 KiB as 2 MiB ones, in place: a copy, done once per file while it stays cached.
 
-Elsewhere (Windows, macOS) :func:`map_aligned` returns None and the caller keeps its ordinary mapping: Windows
-maps files with 4 KiB pages only.
+Elsewhere (Windows, macOS) :func:`map_aligned` returns None: Windows maps files with 4 KiB pages only.
+
+Session 16 tried this as an engine setting (343ca4f) and measured no gain on the H200 host (docs/perf-kernel.md), so
+the engine maps checkpoints as before and this stays a lab tool. One trap it found: a collapsed tmpfs file mapped
+at an unaligned address ran CPU decode at about half speed on the 2-core VM (19-22 against 36 tok/s).
 """
 
 from __future__ import annotations
