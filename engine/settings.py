@@ -46,6 +46,11 @@ class EngineSettings:
     # plain launch; time outside the CPU experts 0.01-0.49 ms per token lower in all six A B B A pairs (MEASURED,
     # docs/performance.md). After 3 steps in a row whose wait gives up, the process goes back to the plain launch.
     early_launch: bool = True
+    # GPU decode: some of a layer's CPU misses copied from the page-locked checkpoint into scratch slots and computed
+    # by the GPU beside the CPU (engine/gpu/copy_lane.py; Linux, with direct copies). "auto" = where a load-time
+    # check finds the CPU kernel and the copies together 15% faster than the kernel alone (the H200 host: kernel
+    # 42.7 GB/s alone, 39.9 beside copies at 45.8 GB/s, MEASURED; a DDR4 PC whose kernel fills DRAM loses)
+    decode_lane: Literal["auto", "on", "off"] = "auto"
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
@@ -86,6 +91,8 @@ class EngineSettings:
             raise bad("backend", "must be auto, cpu, gpu or reference")
         if self.stage_direct not in ("auto", "on", "off"):
             raise bad("stage_direct", "must be auto, on or off")
+        if self.decode_lane not in ("auto", "on", "off"):
+            raise bad("decode_lane", "must be auto, on or off")
         if self.dtype not in ("bfloat16", "float32"):
             raise bad("dtype", "must be bfloat16 or float32")
         if not 0 <= self.cpu_threads <= 256:

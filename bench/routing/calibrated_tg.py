@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-PHASES = ("wall", "launch", "gpu_wait", "cpu", "admission", "tail", "adm_route", "adm_after", "adm_refresh", "adm_poll")
+PHASES = ("wall", "launch", "gpu_wait", "cpu", "admission", "tail", "adm_route", "adm_after", "adm_refresh", "adm_poll",
+          "lane")
 
 
 def _phase_totals(stats: Any) -> dict[str, float]:
@@ -69,6 +70,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             p0 = _phase_totals(dec.stats)
             adm = dec.residency.stats
             a0 = adm.admissions
+            l0 = dec.stats.lane_experts
         t0 = time.perf_counter()
         for tok in timed:
             int(torch.argmax(forward([tok])))  # the greedy pick: a host sync per token, as the engine's sampler
@@ -85,6 +87,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         # each admission is a capture: the CPU kernel also writes the expert out (bench.kernel.capture_cost)
         out["admissions_per_token"] = (adm.admissions - a0) / a.tokens
         out["admissions_before_timed"] = a0  # since the load: the hot set, the fill, the warm-up
+        # misses the copy lane computed on the GPU (engine/gpu/copy_lane.py; counted in cpu_experts_per_token too)
+        out["lane_experts_per_token"] = (dec.stats.lane_experts - l0) / a.tokens
+        out["lane_check"] = getattr(be, "lane_check", {})
         p1 = _phase_totals(dec.stats)
         out["phases_ms"] = {k: round(1e3 * (p1[k] - p0[k]) / a.tokens, 3) for k in p0}
         got = np.sort(np.stack(dec.record_routing), axis=-1)

@@ -91,6 +91,7 @@ class GpuBackend:
         self.residency = Residency(self.pool, self.policy, copier, adm.capture_buffers)
         self.misses = make_miss_experts(ck, self.core.layout, settings.threads(), prefer_native)
         self.load_phases: dict[str, float] = {}  # seconds of load's longer steps (benches print them)
+        self.lane_check: dict[str, float] = {}  # the copy lane's load-time measurement (copy_lane.py)
         if prefault:
             if progress is not None:
                 progress("Mapping expert pages", 0.9)
@@ -120,6 +121,8 @@ class GpuBackend:
             self.core.capture_graphs(early=settings.early_launch)
             self.decoder.early_launch = settings.early_launch
             self.load_phases.update(self.core.capture_s)
+        if settings.decode_lane != "off":
+            self._start_lane()
         self.ram_residency = self._start_ram_residency()
         self.residency.ram = self.ram_residency  # admissions and evictions change what the CPU reads
         log.info("GPU backend: %s; CPU misses: %s", self.plan.describe(), self.misses.name)
@@ -155,6 +158,28 @@ class GpuBackend:
             self.prefill.calibrate()
         self.load_phases["warm_prompt"] = time.perf_counter() - t0
         log.info("prompt path warmed in %.2f s", self.load_phases["warm_prompt"])
+
+    def _start_lane(self) -> None:
+        """The decode copy lane (copy_lane.py) where direct copies exist: "auto" keeps it if the load-time check
+        says it pays on this machine, "on" keeps it anyway."""
+        from .copy_lane import CopyLane
+
+        direct = self.prefill.direct
+        if not self.core.cuda or direct is None or self.plan.n_scratch < 4:
+            return
+        t0 = time.perf_counter()
+        try:
+            lane = CopyLane(self.core, direct)
+            lane.capture()
+            pays, info = lane.worth_it(self.misses)
+        except Exception:  # a failed capture or copy: decode as before
+            log.exception("decode copy lane unavailable")
+            return
+        self.load_phases["lane_check"] = time.perf_counter() - t0
+        self.lane_check = info
+        if pays or self.settings.decode_lane == "on":
+            self.decoder.lane = lane
+        log.info("decode copy lane %s: %s", "on" if self.decoder.lane is not None else "off", info or "no check")
 
     def _start_ram_residency(self):  # -> ResidencyManager | None
         """RAM residency for the experts the CPU reads (the misses): warm-up in the order of the
@@ -360,6 +385,8 @@ class GpuBackend:
             self._run(history, progress)
             return self.core.logits.to("cpu", copy=True)
         self.ids.extend(int(t) for t in ids)
+        if self.decoder.lane is not None:
+            self.decoder.lane.after_prompt()  # its copies overwrite scratch slots the prompt's GEMMs read
         assert self.prefill.last is not None
         self.policy.observe_prompt(self.prefill.last.routing)  # prompt routing counts toward admission
         self._plan_fill()

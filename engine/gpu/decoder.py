@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .admission import AdmissionPolicy, Residency
+from .copy_lane import CopyLane
 from .core import GpuCore
 from .cpu_experts import MissExperts
 from .pool import SlotPool
@@ -86,6 +87,8 @@ class StepStats:
     adm_after: float = 0.0  # the previous layer's copies started and routing scored, while this one runs
     adm_refresh: float = 0.0  # the last layer's adm_after and the policy's end-of-token step, while the tail runs
     tail: float = 0.0
+    lane: float = 0.0  # the copy lane's host time: its copies and graph queued, its result waited for and added
+    lane_experts: int = 0  # misses computed by the copy lane
     hits: int = 0
     routed: int = 0
     last_hit_rate: float = 0.0
@@ -93,9 +96,12 @@ class StepStats:
 
     def phases_ms(self) -> dict[str, float]:
         n = max(self.tokens, 1)
-        return {"token": 1e3 * self.wall / n, "launch": 1e3 * self.launch / n, "gpu_wait": 1e3 * self.gpu_wait / n,
-                "cpu_experts": 1e3 * self.cpu / n, "admission": 1e3 * self.admission / n,
-                "tail": 1e3 * self.tail / n}
+        out = {"token": 1e3 * self.wall / n, "launch": 1e3 * self.launch / n, "gpu_wait": 1e3 * self.gpu_wait / n,
+               "cpu_experts": 1e3 * self.cpu / n, "admission": 1e3 * self.admission / n,
+               "tail": 1e3 * self.tail / n}
+        if self.lane_experts:  # only where the copy lane runs (copy_lane.py)
+            out["gpu_lane"] = 1e3 * self.lane / n
+        return out
 
 
 class Decoder:
@@ -122,6 +128,7 @@ class Decoder:
         # way (a few scattered ones, e.g. CPU experts paged in from disk on a cold start, do not count together)
         self.late_limit = 3
         self._late_run = 0
+        self.lane: CopyLane | None = None  # some misses copied to the GPU and computed there (copy_lane.py)
 
     def _after_layer(self, layer: int, ids: list[int], caps: dict[int, int], prompt_weight: float) -> None:
         """A computed layer's bookkeeping: copies started for its captured experts, its routing scored."""
@@ -162,6 +169,7 @@ class Decoder:
         frozen = self.policy.frozen
         residency = self.residency
         kinds = self._kinds
+        lane = self.lane
         done: tuple[int, list[int], dict[int, int]] | None = None  # the last layer's bookkeeping, deferred
         early = self.early_launch and c.can_early
         try:
@@ -200,10 +208,26 @@ class Decoder:
                         ns += s < n_static
                 hits += nh
                 caps = residency.captures_for(layer, miss_ids) if miss_ids and not frozen else {}
-                tl4 = time.perf_counter()
-                self.misses.compute(layer, c.np_t, miss_ids, miss_w, c.np_cpu_moe[layer % 2],
+                lane_ids: list[int] = []
+                tl4 = tr = time.perf_counter()  # tr: the routing read and split (admission's adm_route)
+                if lane is not None and miss_ids:
+                    miss_ids, miss_w, lane_ids, lane_w = lane.split(layer, miss_ids, miss_w, keep=caps)
+                    if lane_ids:
+                        lane.start(layer, lane_ids, lane_w)
+                        tl4 = time.perf_counter()
+                        st.lane += tl4 - tr
+                out = c.np_cpu_moe[layer % 2]
+                self.misses.compute(layer, c.np_t, miss_ids, miss_w, out,
                                     {e: self.capture_np[b] for e, b in caps.items()} if caps else {})
-                tl5 = time.perf_counter()
+                tl5 = tc = time.perf_counter()
+                if lane is not None:
+                    lane.observe_cpu(len(miss_ids), tl5 - tl4)
+                    if lane_ids:
+                        lane.finish(layer, len(lane_ids), out)
+                        st.lane_experts += len(lane_ids)
+                        tl6 = time.perf_counter()
+                        st.lane += tl6 - tl5
+                        tl5 = tl6
                 launched = tl1 - tl0
                 if early:
                     c.np_cpu_done[layer] = step  # the result is written: layer + 1's graph goes on
@@ -216,10 +240,10 @@ class Decoder:
                     routing[layer] = ids
                 st.launch += launched
                 st.gpu_wait += tl3 - tl2
-                st.cpu += tl5 - tl4
-                st.adm_route += tl4 - tl3
+                st.cpu += tc - tl4
+                st.adm_route += tr - tl3
                 st.adm_after += tl2 - tl1
-                st.admission += (tl4 - tl3) + (tl2 - tl1)
+                st.admission += (tr - tl3) + (tl2 - tl1)
             tt = time.perf_counter()
             if not early:
                 c.run_tail()

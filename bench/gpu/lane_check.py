@@ -1,0 +1,78 @@
+"""The decode copy lane (engine/gpu/copy_lane.py) on the GPU machine: same function, and what it does to a step.
+``python3 -m bench.gpu.lane_check CKPT [TOKENS]``.
+
+Loads the GPU backend once (12 GiB, 8 threads, frozen residency, early launch, decode_lane "on" so the lane exists
+whatever the load-time check says; its verdict is printed), then decodes the same random token ids from position 0
+four times: lane off, forced, forced, off. "Forced" fixes the split's rates so every layer sends as many misses as
+fit (two) down the lane: the same experts each run, so the two forced runs must be bit-identical, as must the two
+plain ones. Forced against plain compares the GPU's bf16 expert kernels with the CPU's on the same experts, summed
+in another order: the per-token relative difference of the logits and the argmax agreement are printed (tolerance
+2.5e-2, the GPU tests' bound for a resident against a CPU-computed expert). Under 64 tokens: no hot set installs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.checkpoint import Checkpoint
+from engine.gpu.backend import GpuBackend
+from engine.settings import EngineSettings
+
+TOL = 2.5e-2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    ck = Checkpoint.open(Path(args[0]))
+    n = min(int(args[1]) if len(args) > 1 else 32, 63)
+    s = EngineSettings(backend="gpu", vram_budget_gib=12.0, cpu_threads=8, refresh_every=0, early_launch=True,
+                       decode_lane="on")
+    be = GpuBackend.create(ck, s, interpret=False, hot_set_file=None, use_graphs=True)
+    lane = be.decoder.lane
+    out: dict[str, Any] = {"lane": lane is not None, "check_at_load": be.lane_check, "tokens": n, "runs": []}
+    if lane is None:
+        out["why"] = "no lane: direct copies unavailable (stage_direct) or too few scratch slots"
+        print(json.dumps(out))
+        return 1
+    lane.observe_cpu = lambda experts, seconds: None  # type: ignore[method-assign]
+    ids = [int(x) for x in np.random.default_rng(7).integers(0, ck.config.vocab_size, n)]
+    runs: dict[str, list[list[torch.Tensor]]] = {"off": [], "forced": []}
+    for mode in ("off", "forced", "forced", "off"):
+        be.decoder.lane = lane if mode == "forced" else None
+        lane.cpu_ms, lane.lane_ms = 10.0, 0.01
+        be.ids, be.checkpoints = [], []
+        st = be.decoder.stats
+        w0, t0, e0, c0, l0 = st.wall, st.tokens, st.lane_experts, st.cpu, st.lane
+        got = [be.forward([t]).clone() for t in ids]
+        runs[mode].append(got)
+        toks = st.tokens - t0
+        out["runs"].append({"mode": mode, "step_ms": round(1e3 * (st.wall - w0) / toks, 3),
+                            "cpu_ms": round(1e3 * (st.cpu - c0) / toks, 3),
+                            "lane_ms": round(1e3 * (st.lane - l0) / toks, 3),
+                            "lane_experts_per_token": (st.lane_experts - e0) / toks})
+    be.decoder.lane = lane
+
+    def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+        return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+    off, forced = runs["off"], runs["forced"]
+    rel = [float((a.double() - b.double()).norm() / b.double().norm()) for a, b in zip(forced[0], off[0], strict=True)]
+    agree = float(np.mean([int(a.argmax()) == int(b.argmax()) for a, b in zip(forced[0], off[0], strict=True)]))
+    out.update({"off_bit_identical": same(off[0], off[1]), "forced_bit_identical": same(forced[0], forced[1]),
+                "max_rel_forced_vs_off": round(max(rel), 5), "mean_rel": round(float(np.mean(rel)), 5),
+                "argmax_agree": agree, "late_steps": be.decoder.late_steps})
+    ok = out["off_bit_identical"] and out["forced_bit_identical"] and max(rel) < TOL and agree >= 0.9
+    out["verdict"] = "PASS" if ok else "FAIL"
+    be.close()
+    print(json.dumps(out))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

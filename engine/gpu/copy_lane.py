@@ -1,0 +1,207 @@
+"""A decode layer's misses split between the CPU kernel and the GPU: the copy lane.
+
+The CPU computes a layer's non-resident experts from RAM while the GPU idles. The lane takes some of them: each is
+copied from the checkpoint's page-locked mapping (prefill/direct.py) into a scratch slot on a copy stream, and the
+resident-expert kernels compute it there, into a pinned buffer the host adds to the CPU's result before it raises
+the layer's flag. Both read the same DRAM, so it pays only where the CPU kernel alone leaves DRAM bandwidth unused:
+on the H200 host (16 cores, 8 threads) the kernel read 42.7 GB/s alone and 39.9 beside copies that ran at 45.8 GB/s
+(bench.kernel.dma_share, MEASURED); the server design measured the opposite on a DDR4 PC, where the kernel alone
+fills DRAM (-11%). :meth:`CopyLane.worth_it` repeats that measurement at load.
+
+Per layer, :meth:`split` gives the lane the m of the k misses that minimise max(CPU on k - m, lane on m) at the
+rates measured so far. Scratch slots hold the prompt path's staged experts only while a prompt runs, so decode
+borrows them. The lane is Linux and CUDA only: it needs the registered mapping and a copy stream.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .prefill.direct import MappedExperts, plan_copies, run_copies
+
+EMA = 0.05  # weight of a new sample in the running rates
+
+
+class CopyLane:
+    def __init__(self, core: Any, direct: MappedExperts, width: int = 2, cpu_fixed_ms: float = 0.05) -> None:
+        plan = core.plan
+        if plan.n_scratch < 2 * width:
+            raise ValueError(f"the copy lane needs {2 * width} scratch slots, the plan has {plan.n_scratch}")
+        self.core = core
+        self.direct = direct
+        self.width = width
+        self.cuda = bool(core.cuda)
+        cfg = core.cfg
+        bt, k = core.kern.block_t, cfg.num_experts_per_tok
+        self.k = k
+        # per parity (layer % 2): the slots, the routing the kernels read (ids | weight bits | slots, -1 = none)
+        # and the output, both pinned so the host writes and reads them without copies
+        self.slots = [[plan.n_slots + p * width + j for j in range(width)] for p in (0, 1)]
+        self.route = [torch.full((3 * bt,), -1, dtype=torch.int32, pin_memory=self.cuda) for _ in (0, 1)]
+        self.out = [torch.zeros(cfg.hidden_size, dtype=torch.float32, pin_memory=self.cuda) for _ in (0, 1)]
+        self.np_route = [r.numpy() for r in self.route]
+        self.np_out = [o.numpy() for o in self.out]
+        half = cfg.intermediate_size // 2
+        self.act = [(torch.zeros(k, half, dtype=torch.float32, device=core.dev),
+                     torch.zeros(k, half, dtype=torch.float32, device=core.dev)) for _ in (0, 1)]
+        self.stream = torch.cuda.Stream(core.dev) if self.cuda else None
+        self.graphs: list[Any] = []
+        self._events: list[tuple[Any, Any] | None] = [None, None]
+        self.cpu_fixed_ms = cpu_fixed_ms
+        self.cpu_ms = 0.3  # per expert; set by worth_it(), then from every layer the CPU computes
+        self.lane_ms = 0.3  # per expert copied and computed
+        self.experts = 0  # sent down the lane since load
+        self.waited_s = 0.0  # host time spent waiting for the lane after its CPU share
+
+    # ---- the GPU part -----------------------------------------------------------------------
+    def _kernels(self, p: int) -> None:
+        c = self.core
+        ae, ao = self.act[p]
+        c.kern.experts(c.pool, self.route[p], c.t_even, c.t_odd, ae, ao, self.out[p])
+
+    def capture(self) -> None:
+        """Compile the kernels on the lane's buffers, then capture one graph per parity (CUDA)."""
+        if not self.cuda:
+            return
+        assert self.stream is not None
+        with torch.cuda.stream(self.stream):
+            for p in (0, 1):
+                self._kernels(p)
+        self.stream.synchronize()
+        self.graphs = []
+        for p in (0, 1):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=self.stream):
+                self._kernels(p)
+            self.graphs.append(g)
+        torch.cuda.synchronize()
+
+    def start(self, layer: int, experts: Sequence[int], weights: Sequence[float]) -> None:
+        """Copy ``experts`` of ``layer`` into the parity's slots and queue their GPU compute."""
+        p = layer % 2
+        m = len(experts)
+        slots = self.slots[p][:m]
+        bt = self.core.kern.block_t
+        r = self.np_route[p]
+        r[2 * bt : 3 * bt] = -1
+        r[:m] = experts
+        r[bt : bt + m] = np.asarray(weights, dtype=np.float32).view(np.int32)
+        r[2 * bt : 2 * bt + m] = slots
+        copies = plan_copies(self.direct, layer, list(experts), slots, self.core.plan.slot_bytes)
+        if self.stream is None:  # interpreter / CPU tensors: everything at once
+            run_copies(self.direct, self.core.pool, copies)
+            self._kernels(p)
+            return
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(self.stream):
+            t0.record()
+            run_copies(self.direct, self.core.pool, copies)
+            if self.graphs:
+                self.graphs[p].replay()
+            else:
+                self._kernels(p)
+            t1.record()
+        self._events[p] = (t0, t1)
+        self.experts += m
+
+    def finish(self, layer: int, m: int, out: np.ndarray) -> None:
+        """Wait for the layer's lane work and add its result to the CPU's ``out``."""
+        p = layer % 2
+        ev = self._events[p]
+        if ev is not None:
+            tw = time.perf_counter()
+            while not ev[1].query():
+                pass
+            self.waited_s += time.perf_counter() - tw
+            self.lane_ms += EMA * (ev[0].elapsed_time(ev[1]) / m - self.lane_ms)
+            self._events[p] = None
+        out += self.np_out[p]
+
+    # ---- the split ----------------------------------------------------------------------------
+    def observe_cpu(self, experts: int, seconds: float) -> None:
+        if experts:
+            per = max(0.0, (1e3 * seconds - self.cpu_fixed_ms) / experts)
+            self.cpu_ms += EMA * (per - self.cpu_ms)
+
+    def split(self, layer: int, experts: list[int], weights: list[float],
+              keep: Collection[int] = ()) -> tuple[list[int], list[float], list[int], list[float]]:
+        """(CPU experts, weights, lane experts, weights). ``keep``: experts the CPU must compute (captures)."""
+        free = [i for i, e in enumerate(experts) if e not in keep]
+        if not free or not self.direct.ready(layer):
+            return experts, weights, [], []
+        k = len(experts)
+        a, b, c = self.cpu_fixed_ms, self.cpu_ms, self.lane_ms
+        best, best_t = 0, a + k * b
+        for m in range(1, min(self.width, len(free)) + 1):
+            t = max(a + (k - m) * b if k > m else 0.0, m * c)
+            if t < best_t:
+                best, best_t = m, t
+        if best == 0:
+            return experts, weights, [], []
+        lane = set(free[-best:])  # the last misses: any would do, these keep the CPU's order stable
+        cpu_e = [e for i, e in enumerate(experts) if i not in lane]
+        cpu_w = [w for i, w in enumerate(weights) if i not in lane]
+        return cpu_e, cpu_w, [experts[i] for i in sorted(lane)], [weights[i] for i in sorted(lane)]
+
+    def after_prompt(self) -> None:
+        """Order the lane after the prompt's work on the compute stream (its GEMMs read the scratch slots). Called
+        before any decode graph is queued: later, waiting on the compute stream would wait on early-launched
+        graphs that wait for this lane."""
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.core.dev))
+
+    # ---- at load ----------------------------------------------------------------------------
+    def worth_it(self, misses: Any, seconds: float = 0.2, seed: int = 0) -> tuple[bool, dict[str, float]]:
+        """Measure, on layer 0's experts, the CPU kernel alone and beside the lane's copies running back to back
+        (as bench.kernel.dma_share does); the lane pays where the two together compute 15% more experts a
+        millisecond than the kernel alone. Sets the starting rates of :meth:`split`."""
+        if not self.cuda or not self.direct.ready(0):
+            return False, {}
+        assert self.stream is not None
+        stream = self.stream
+        cfg = self.core.cfg
+        rng = random.Random(seed)
+        x = np.random.default_rng(seed).standard_normal(cfg.hidden_size).astype(np.float32)
+        out = np.zeros(cfg.hidden_size, dtype=np.float32)
+        n_e, sb = cfg.num_local_experts, self.core.plan.slot_bytes
+
+        def cpu_for(s: float) -> float:  # ms per expert, two a call as a decode layer's misses, fixed cost included
+            calls, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < s or calls < 3:
+                misses.compute(0, x, rng.sample(range(n_e), 2), [0.5, 0.5], out, {})
+                calls += 1
+            return (time.perf_counter() - t0) * 1e3 / calls / 2
+
+        stop = threading.Event()
+        sent: list[float] = []
+
+        def copies() -> None:  # one expert at a time, each waited for, as a layer waits
+            copy_rng = random.Random(seed + 1)
+            n, t0 = 0, time.perf_counter()
+            with torch.cuda.stream(stream):
+                while not stop.is_set():
+                    run_copies(self.direct, self.core.pool,
+                               plan_copies(self.direct, 0, [copy_rng.randrange(n_e)], self.slots[0][:1], sb))
+                    stream.synchronize()
+                    n += 1
+            sent.append((time.perf_counter() - t0) * 1e3 / max(n, 1))
+
+        cpu_for(0.02)  # the team warm
+        alone = cpu_for(seconds)
+        th = threading.Thread(target=copies, name="neural-lane-check", daemon=True)
+        th.start()
+        beside = cpu_for(seconds)
+        stop.set()
+        th.join()
+        per_copy = sent[0]
+        gain = (1.0 / beside + 1.0 / per_copy) / (1.0 / alone)
+        self.cpu_ms, self.lane_ms = beside, per_copy
+        return gain >= 1.15, {"cpu_ms_alone": round(alone, 4), "cpu_ms_beside": round(beside, 4),
+                              "copy_ms": round(per_copy, 4), "gain": round(gain, 3)}

@@ -1,0 +1,117 @@
+"""The decode copy lane (engine/gpu/copy_lane.py) under Triton's interpreter: misses copied from the mapping into
+scratch slots and computed by the expert kernels give the reference's logits, and the same experts' output as the
+CPU's; the per-layer split follows the rates."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from engine.checkpoint import Checkpoint
+from engine.gpu.backend import GpuBackend
+from engine.gpu.copy_lane import CopyLane
+from engine.gpu.layout import ExpertLayout
+from engine.gpu.prefill.direct import MappedExperts
+from engine.settings import EngineSettings, SettingsError
+from engine.synth import PRESETS, write_synthetic_checkpoint
+
+from test_gpu_backend import TOKENS, close_to_reference, reference_logits, rel  # this folder is on sys.path
+
+
+@pytest.fixture(scope="module")
+def tiny_ck(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
+    d = write_synthetic_checkpoint(tmp_path_factory.mktemp("lane-tiny"), PRESETS["tiny"], seed=3, skew=1.0)
+    return Checkpoint.open(d)
+
+
+def backend(ck: Checkpoint) -> GpuBackend:
+    sb = ExpertLayout.for_config(ck.config).slot_bytes
+    s = EngineSettings(context=64, kv_ring=8, pool_gib=12 * sb / 2**30, scratch_slots=4, static_slots=4,
+                       refresh_every=0, cpu_threads=2)
+    return GpuBackend.create(ck, s, interpret=True, prefer_native=False, hot_set_file=None)
+
+
+def mapped(ck: Checkpoint, be: GpuBackend) -> MappedExperts:
+    # the interpreter has no CUDA registration: every shard "registers" and copies are tensor copies
+    return MappedExperts(ck, be.core.layout, budget=1 << 40, register=lambda p, n: 0, unregister=lambda p: None,
+                         background=False)
+
+
+def greedy_lane(be: GpuBackend, ck: Checkpoint, width: int = 2) -> CopyLane:
+    lane = CopyLane(be.core, mapped(ck, be), width=width)
+    lane.cpu_ms, lane.lane_ms = 10.0, 0.01  # the split sends as many misses as fit down the lane
+    lane.observe_cpu = lambda experts, seconds: None  # type: ignore[method-assign]  # keep the rates fixed
+    be.decoder.lane = lane
+    return lane
+
+
+def test_lane_decode_matches_the_reference(tiny_ck: Checkpoint) -> None:
+    ref = reference_logits(tiny_ck, TOKENS)
+    plain = backend(tiny_ck)
+    want = torch.stack([plain.forward([t]) for t in TOKENS])
+    be = backend(tiny_ck)
+    greedy_lane(be, tiny_ck)
+    got = torch.stack([be.forward([t]) for t in TOKENS])
+    st = be.decoder.stats
+    # no hot set: every routed expert is a miss, 2 of each layer's 4 go down the lane
+    assert st.lane_experts == len(TOKENS) * tiny_ck.config.num_hidden_layers * 2
+    assert "gpu_lane" in st.phases_ms()
+    close_to_reference(got, ref)
+    # the same experts on the GPU's bf16 kernels instead of the CPU's fp32 ones, summed in another order: the
+    # spread of a resident against a CPU-computed expert, well inside the reference's bound
+    assert max(rel(g, w) for g, w in zip(got, want, strict=True)) < 2.5e-2
+
+
+def test_lane_output_is_the_cpus_for_the_same_experts(tiny_ck: Checkpoint) -> None:
+    be = backend(tiny_ck)
+    lane = CopyLane(be.core, mapped(tiny_ck, be), width=2)
+    h = tiny_ck.config.hidden_size
+    x = torch.randn(h, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).float()
+    be.core.t_even.copy_(x[0::2])
+    be.core.t_odd.copy_(x[1::2])
+    experts, weights = [3, 6], [0.7, 0.3]
+    lane.start(1, experts, weights)
+    out = np.zeros(h, dtype=np.float32)
+    lane.finish(1, 2, out)
+    cpu = np.zeros(h, dtype=np.float32)
+    be.misses.compute(1, x.numpy(), experts, weights, cpu, {})
+    assert np.abs(out).max() > 0
+    assert rel(torch.from_numpy(out), torch.from_numpy(cpu)) < 1e-2
+    out2 = np.ones(h, dtype=np.float32)
+    lane.start(1, experts, weights)
+    lane.finish(1, 2, out2)  # finish adds to what the CPU wrote
+    np.testing.assert_allclose(out2, out + 1.0, rtol=1e-6)
+
+
+def test_split_follows_the_rates_and_keeps_captures_on_the_cpu(tiny_ck: Checkpoint) -> None:
+    be = backend(tiny_ck)
+    lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, cpu_fixed_ms=0.05)
+    lane.cpu_ms, lane.lane_ms = 0.3, 0.3
+    e, w = [4, 9, 12], [0.5, 0.3, 0.2]
+    # 3 misses: CPU alone 0.95; 2 + 1 lane 0.65; 1 + 2 lane 0.6 -> two down the lane
+    cpu_e, cpu_w, lane_e, lane_w = lane.split(0, e, w)
+    assert (cpu_e, lane_e) == ([4], [9, 12]) and (cpu_w, lane_w) == ([0.5], [0.3, 0.2])
+    assert lane.split(0, e, w, keep={9: 0, 12: 1})[2] == [4]  # captures stay with the CPU kernel
+    lane.lane_ms = 5.0  # a slow lane: everything on the CPU
+    assert lane.split(0, e, w)[2] == []
+    lane.lane_ms = 0.3
+    lane.direct.ready = lambda layer: False  # type: ignore[method-assign]  # a layer not registered yet
+    assert lane.split(0, e, w)[2] == []
+
+
+def test_too_few_scratch_slots_is_refused(tiny_ck: Checkpoint) -> None:
+    be = backend(tiny_ck)
+    with pytest.raises(ValueError, match="scratch slots"):
+        CopyLane(be.core, mapped(tiny_ck, be), width=3)
+
+
+def test_decode_lane_setting_is_checked() -> None:
+    with pytest.raises(SettingsError, match="decode_lane"):
+        EngineSettings(decode_lane="sometimes")  # type: ignore[arg-type]
