@@ -3,7 +3,7 @@
 # 1. bench.gpu.lane_check on the 18-layer calibrated checkpoint: lane off / forced / forced / off, bits and the
 #    logits' difference, and the load-time check's verdict on this host;
 # 2. decode_ab.sh with A = decode_lane=off, B = decode_lane=auto (the default), calibrated and uniform, A B B A.
-#   usage: [BUDGET_S=430] bash bench/device/lane.sh      results: $OUT/lane_check.json, $OUT/ab/table.md
+#   usage: [BUDGET_S=430] [CHECK_ONLY=1] bash bench/device/lane.sh      results: $OUT/lane_check.json, $OUT/ab/table.md
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 BUDGET_S=${BUDGET_S:-430}
@@ -20,6 +20,7 @@ timeout 150 "$PY" -m bench.gpu.lane_check "$CKC" 32 >"$OUT/lane_check.json" 2>"$
   || echo "lane_check exited $?"
 cat "$OUT/lane_check.json"
 grep -iE "error|Traceback|lane" "$OUT/lane_check.err" | tail -5
+[ "${CHECK_ONLY:-0}" = 1 ] && { echo "done ($(( $(date +%s) - T0 )) s)"; exit 0; }
 echo "== decode A/B ($(( $(date +%s) - T0 )) s, $(left) s left)"
 mkdir -p "$OUT/ab"
 OUT=$OUT/ab A_TREE=. A_SET="decode_lane=off" B_SET="decode_lane=auto" ROUTINGS=calibrated,uniform \

@@ -3,11 +3,13 @@
 
 Loads the GPU backend once (12 GiB, 8 threads, frozen residency, early launch, decode_lane "on" so the lane exists
 whatever the load-time check says; its verdict is printed), then decodes the same random token ids from position 0
-four times: lane off, forced, forced, off. "Forced" fixes the split's rates so every layer sends as many misses as
-fit (two) down the lane: the same experts each run, so the two forced runs must be bit-identical, as must the two
-plain ones. Forced against plain compares the GPU's bf16 expert kernels with the CPU's on the same experts, summed
-in another order: the per-token relative difference of the logits and the argmax agreement are printed (tolerance
-2.5e-2, the GPU tests' bound for a resident against a CPU-computed expert). Under 64 tokens: no hot set installs.
+six times: lane off, forced, forced-plain, forced-plain, forced, off ("-plain": without the early launch).
+"Forced" fixes the split's rates so every layer sends as many misses as fit (two) down the lane: the same experts
+each run, so the four forced runs must be bit-identical, as must the two off ones. Forced against off compares the
+GPU's bf16 expert kernels with the CPU's on the same experts, summed in another order: the per-token relative
+difference of the logits and the argmax agreement are printed (tolerance 2.5e-2, the GPU tests' bound for a
+resident against a CPU-computed expert). Each run prints the lane's GPU-timed copy per expert and kernels per
+layer. Under 64 tokens: no hot set installs.
 """
 
 from __future__ import annotations
@@ -43,20 +45,28 @@ def main(argv: list[str] | None = None) -> int:
     lane.observe_cpu = lambda experts, seconds: None  # type: ignore[method-assign]
     ids = [int(x) for x in np.random.default_rng(7).integers(0, ck.config.vocab_size, n)]
     runs: dict[str, list[list[torch.Tensor]]] = {"off": [], "forced": []}
-    for mode in ("off", "forced", "forced", "off"):
-        be.decoder.lane = lane if mode == "forced" else None
+    early = be.decoder.early_launch
+    # "-plain": the layers launched after the CPU's result (no early launch: no kernel polls the host's flag)
+    for mode in ("off", "forced", "forced-plain", "forced-plain", "forced", "off"):
+        be.decoder.lane = lane if mode.startswith("forced") else None
+        be.decoder.early_launch = early and not mode.endswith("plain")
         lane.cpu_ms, lane.lane_ms = 10.0, 0.01
         be.ids, be.checkpoints = [], []
         st = be.decoder.stats
         w0, t0, e0, c0, l0 = st.wall, st.tokens, st.lane_experts, st.cpu, st.lane
+        k0, g0, x0 = lane.copy_ms, lane.kernel_ms, lane.experts
         got = [be.forward([t]).clone() for t in ids]
-        runs[mode].append(got)
+        runs[mode.split("-")[0]].append(got)
         toks = st.tokens - t0
+        sent = max(1, lane.experts - x0)
         out["runs"].append({"mode": mode, "step_ms": round(1e3 * (st.wall - w0) / toks, 3),
                             "cpu_ms": round(1e3 * (st.cpu - c0) / toks, 3),
                             "lane_ms": round(1e3 * (st.lane - l0) / toks, 3),
-                            "lane_experts_per_token": (st.lane_experts - e0) / toks})
+                            "lane_experts_per_token": (st.lane_experts - e0) / toks,
+                            "gpu_copy_ms_per_expert": round((lane.copy_ms - k0) / sent, 4),
+                            "gpu_kernel_ms_per_layer": round((lane.kernel_ms - g0) * 2 / sent, 4)})
     be.decoder.lane = lane
+    be.decoder.early_launch = early
 
     def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
         return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
@@ -64,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     off, forced = runs["off"], runs["forced"]
     rel = [float((a.double() - b.double()).norm() / b.double().norm()) for a, b in zip(forced[0], off[0], strict=True)]
     agree = float(np.mean([int(a.argmax()) == int(b.argmax()) for a, b in zip(forced[0], off[0], strict=True)]))
-    out.update({"off_bit_identical": same(off[0], off[1]), "forced_bit_identical": same(forced[0], forced[1]),
+    out.update({"off_bit_identical": same(off[0], off[1]),
+                "forced_bit_identical": all(same(forced[0], f) for f in forced[1:]),
                 "max_rel_forced_vs_off": round(max(rel), 5), "mean_rel": round(float(np.mean(rel)), 5),
                 "argmax_agree": agree, "late_steps": be.decoder.late_steps})
     ok = out["off_bit_identical"] and out["forced_bit_identical"] and max(rel) < TOL and agree >= 0.9

@@ -53,12 +53,14 @@ class CopyLane:
                      torch.zeros(k, half, dtype=torch.float32, device=core.dev)) for _ in (0, 1)]
         self.stream = torch.cuda.Stream(core.dev) if self.cuda else None
         self.graphs: list[Any] = []
-        self._events: list[tuple[Any, Any] | None] = [None, None]
+        self._events: list[tuple[Any, Any, Any] | None] = [None, None]
         self.cpu_fixed_ms = cpu_fixed_ms
         self.cpu_ms = 0.3  # per expert; set by worth_it(), then from every layer the CPU computes
         self.lane_ms = 0.3  # per expert copied and computed
         self.experts = 0  # sent down the lane since load
         self.waited_s = 0.0  # host time spent waiting for the lane after its CPU share
+        self.copy_ms = 0.0  # GPU-timed since load: the copies, then the kernels, of every lane use
+        self.kernel_ms = 0.0
 
     # ---- the GPU part -----------------------------------------------------------------------
     def _kernels(self, p: int) -> None:
@@ -99,16 +101,17 @@ class CopyLane:
             run_copies(self.direct, self.core.pool, copies)
             self._kernels(p)
             return
-        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0, tc, t1 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         with torch.cuda.stream(self.stream):
             t0.record()
             run_copies(self.direct, self.core.pool, copies)
+            tc.record()
             if self.graphs:
                 self.graphs[p].replay()
             else:
                 self._kernels(p)
             t1.record()
-        self._events[p] = (t0, t1)
+        self._events[p] = (t0, tc, t1)
         self.experts += m
 
     def finish(self, layer: int, m: int, out: np.ndarray) -> None:
@@ -117,10 +120,13 @@ class CopyLane:
         ev = self._events[p]
         if ev is not None:
             tw = time.perf_counter()
-            while not ev[1].query():
+            while not ev[2].query():
                 pass
             self.waited_s += time.perf_counter() - tw
-            self.lane_ms += EMA * (ev[0].elapsed_time(ev[1]) / m - self.lane_ms)
+            copy, kern = ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])
+            self.copy_ms += copy
+            self.kernel_ms += kern
+            self.lane_ms += EMA * ((copy + kern) / m - self.lane_ms)
             self._events[p] = None
         out += self.np_out[p]
 
