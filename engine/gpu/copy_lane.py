@@ -11,6 +11,10 @@ fills DRAM (-11%). :meth:`CopyLane.worth_it` repeats that measurement at load.
 Per layer, :meth:`split` gives the lane the m of the k misses that minimise max(CPU on k - m, lane on m) at the
 rates measured so far. Scratch slots hold the prompt path's staged experts only while a prompt runs, so decode
 borrows them. The lane is Linux and CUDA only: it needs the registered mapping and a copy stream.
+
+With the lane on, layers are launched the plain way, after the CPU's result (Decoder.step): beside an early-launched
+graph, whose first kernel polls the host's flag over PCIe, the lane's copies ran at half speed (0.59 against 0.30
+ms an expert) and its kernels took 0.40 against 0.06 ms a layer (bench.gpu.lane_check, H200 machine, MEASURED).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..plan import SLOT_PARTS
+from . import cudart
 from .prefill.direct import MappedExperts, plan_copies, run_copies
 
 EMA = 0.05  # weight of a new sample in the running rates
@@ -53,7 +59,15 @@ class CopyLane:
                      torch.zeros(k, half, dtype=torch.float32, device=core.dev)) for _ in (0, 1)]
         self.stream = torch.cuda.Stream(core.dev) if self.cuda else None
         self.graphs: list[Any] = []
+        self._execs: list[int] = []  # the graphs' cudaGraphExec_t, launched without replay()'s prologue
+        self._rt = cudart.runtime() if self.cuda else None
+        # per layer, once its shards are registered: (address of expert 0's bytes, bytes per expert, offset in a
+        # slot) of each part, so a copy is one runtime call with no planning (the host issues them on the
+        # critical path, before the CPU's share starts)
+        self._parts: dict[int, list[tuple[int, int, int]]] = {}
         self._events: list[tuple[Any, Any, Any] | None] = [None, None]
+        self._spare = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in (0, 1)] \
+            if self.cuda else []
         self.cpu_fixed_ms = cpu_fixed_ms
         self.cpu_ms = 0.3  # per expert; set by worth_it(), then from every layer the CPU computes
         self.lane_ms = 0.3  # per expert copied and computed
@@ -84,6 +98,20 @@ class CopyLane:
                 self._kernels(p)
             self.graphs.append(g)
         torch.cuda.synchronize()
+        try:
+            self._execs = [int(g.raw_cuda_graph_exec()) for g in self.graphs]
+        except (AttributeError, RuntimeError):  # PyTorch < 2.6: replay()
+            self._execs = []
+        if self._rt is None or not self._rt.can_launch_graphs or not all(self._execs):
+            self._execs = []
+
+    def _layer_parts(self, layer: int) -> list[tuple[int, int, int]]:
+        got = self._parts.get(layer)
+        if got is None:
+            row, offs = self.direct.spans[layer], self.direct.layout.offsets
+            got = [(self.direct.address(row[part][0]) + row[part][1], row[part][2], offs[part]) for part in SLOT_PARTS]
+            self._parts[layer] = got
+        return got
 
     def start(self, layer: int, experts: Sequence[int], weights: Sequence[float]) -> None:
         """Copy ``experts`` of ``layer`` into the parity's slots and queue their GPU compute."""
@@ -96,21 +124,34 @@ class CopyLane:
         r[:m] = experts
         r[bt : bt + m] = np.asarray(weights, dtype=np.float32).view(np.int32)
         r[2 * bt : 2 * bt + m] = slots
-        copies = plan_copies(self.direct, layer, list(experts), slots, self.core.plan.slot_bytes)
         if self.stream is None:  # interpreter / CPU tensors: everything at once
-            run_copies(self.direct, self.core.pool, copies)
+            run_copies(self.direct, self.core.pool,
+                       plan_copies(self.direct, layer, list(experts), slots, self.core.plan.slot_bytes))
             self._kernels(p)
             return
-        t0, tc, t1 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        with torch.cuda.stream(self.stream):
-            t0.record()
-            run_copies(self.direct, self.core.pool, copies)
-            tc.record()
-            if self.graphs:
-                self.graphs[p].replay()
-            else:
-                self._kernels(p)
-            t1.record()
+        t0, tc, t1 = self._spare[p]
+        stream = self.stream
+        t0.record(stream)
+        if self._rt is not None and self._execs:
+            raw, sb, base, copy = stream.cuda_stream, self.core.plan.slot_bytes, self.core.pool.data_ptr(), \
+                self._rt.copy_2d
+            parts = self._layer_parts(layer)
+            for e, slot in zip(experts, slots, strict=True):
+                dst = base + slot * sb
+                for src, size, off in parts:
+                    copy(dst + off, sb, src + e * size, size, size, 1, raw)
+            tc.record(stream)
+            self._rt.graph_launch(self._execs[p], raw)
+        else:
+            with torch.cuda.stream(stream):
+                run_copies(self.direct, self.core.pool,
+                           plan_copies(self.direct, layer, list(experts), slots, self.core.plan.slot_bytes))
+                tc.record()
+                if self.graphs:
+                    self.graphs[p].replay()
+                else:
+                    self._kernels(p)
+        t1.record(stream)
         self._events[p] = (t0, tc, t1)
         self.experts += m
 

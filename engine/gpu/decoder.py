@@ -169,9 +169,11 @@ class Decoder:
         frozen = self.policy.frozen
         residency = self.residency
         kinds = self._kinds
-        lane = self.lane
         done: tuple[int, list[int], dict[int, int]] | None = None  # the last layer's bookkeeping, deferred
-        early = self.early_launch and c.can_early
+        lane = self.lane
+        # the copy lane runs beside plain launches only: an early-launched kernel polling the host's flag halved
+        # the lane's copy rate (copy_lane.py)
+        early = self.early_launch and c.can_early and lane is None
         try:
             for layer in range(n):
                 tl0 = time.perf_counter()
