@@ -3,7 +3,7 @@
 # 1. bench.gpu.lane_check on the 18-layer calibrated checkpoint: lane off / forced / forced / off, bits and the
 #    logits' difference, and the load-time check's verdict on this host;
 # 2. decode_ab.sh with A = decode_lane=off, B = decode_lane=auto (the default), calibrated and uniform, A B B A.
-#   usage: [BUDGET_S=430] [CHECK_ONLY=1] bash bench/device/lane.sh      results: $OUT/lane_check.json, $OUT/ab/table.md
+#   usage: [BUDGET_S=430] [CHECK_ONLY=1] [LANE_CKPT=DIR] bash bench/device/lane.sh      results: $OUT/lane_check.json, $OUT/ab/table.md
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 BUDGET_S=${BUDGET_S:-430}
@@ -13,10 +13,10 @@ CK=/dev/shm/neural-ab/synth-18l
 CKC=$CK-calibrated
 [ -f "$CK/SYNTHETIC.json" ] || timeout 200 "$PY" -m app.cli.main synth --preset 120b-shape --layers 18 \
   --seed 1 --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
-[ -f "$CKC/SYNTHETIC.json" ] || timeout 120 "$PY" -m app.cli.main synth --like "$CK" --routing calibrated \
+[ -n "${LANE_CKPT:-}" ] || [ -f "$CKC/SYNTHETIC.json" ] || timeout 120 "$PY" -m app.cli.main synth --like "$CK" --routing calibrated \
   --out "$CKC" >>"$OUT/synth.txt" 2>&1 || { tail "$OUT/synth.txt"; exit 1; }
 echo "== lane_check ($(( $(date +%s) - T0 )) s)"
-timeout 150 "$PY" -m bench.gpu.lane_check "$CKC" 32 >"$OUT/lane_check.json" 2>"$OUT/lane_check.err" \
+timeout 150 "$PY" -m bench.gpu.lane_check "${LANE_CKPT:-$CKC}" 32 >"$OUT/lane_check.json" 2>"$OUT/lane_check.err" \
   || echo "lane_check exited $?"
 cat "$OUT/lane_check.json"
 grep -iE "error|Traceback|lane" "$OUT/lane_check.err" | tail -5
