@@ -14,28 +14,23 @@ import torch
 
 pytest.importorskip("triton")
 
-from test_gpu_backend import TOKENS, close_to_reference, reference_logits, rel  # this folder is on sys.path
+from test_gpu_backend import (  # this folder is on sys.path
+    TOKENS,
+    close_to_reference,
+    make,
+    reference_logits,
+    rel,
+)
 
 from engine.checkpoint import Checkpoint
 from engine.gpu.backend import GpuBackend
 from engine.gpu.copy_lane import PAYS, CopyLane, lane_gain
-from engine.gpu.layout import ExpertLayout
 from engine.gpu.prefill.direct import MappedExperts
 from engine.settings import EngineSettings, SettingsError
-from engine.synth import PRESETS, write_synthetic_checkpoint
-
-
-@pytest.fixture(scope="module")
-def tiny_ck(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
-    d = write_synthetic_checkpoint(tmp_path_factory.mktemp("lane-tiny"), PRESETS["tiny"], seed=3, skew=1.0)
-    return Checkpoint.open(d)
 
 
 def backend(ck: Checkpoint) -> GpuBackend:
-    sb = ExpertLayout.for_config(ck.config).slot_bytes
-    s = EngineSettings(context=64, kv_ring=8, pool_gib=12 * sb / 2**30, scratch_slots=4, static_slots=4,
-                       refresh_every=0, cpu_threads=2)
-    return GpuBackend.create(ck, s, interpret=True, prefer_native=False, hot_set_file=None)
+    return make(ck, slots=10, scratch_slots=4, static_slots=4)  # 4 scratch slots: two per parity
 
 
 def mapped(ck: Checkpoint, be: GpuBackend) -> MappedExperts:
