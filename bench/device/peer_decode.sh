@@ -7,7 +7,8 @@
 #   ROUTINGS may add skewed (a `synth --like --routing static --skew 1.5` variant, `neural bench decode` as
 #   uniform) and calpolicy (the calibrated run with the engine settings in CAL_POLICY, e.g. a smaller static
 #   part and a refresh every token); the order is cal, calpolicy, uni, skew, llama, llama, skew, uni,
-#   calpolicy, cal.
+#   calpolicy, cal. unipolicy: the uniform run with the settings in UNI_POLICY (e.g. UNI_POLICY="decode_lane=off"),
+#   beside uniform in the same order.
 #   a. .peer/llama-src.tar.gz unpacked to $LLAMA_DIR and llama-bench built with CUDA (sm_90) in
 #      the background at once (cuBLAS from torch's nvidia wheels when the toolkit has none);
 #   b. meanwhile: env.sh (wheels, native kernel), an $LAYERS-layer 120b-shape checkpoint (uniform
@@ -184,13 +185,15 @@ vram_stop() {
   [ -f /tmp/peer_vram ] && log "$1: peak GPU memory used $(sort -n /tmp/peer_vram | tail -1) MiB"
 }
 fresh() { rm -f "$NEURAL_CACHE_DIR"/hotset-*.npy; }  # no saved hot set: each run ranks its own
-neural_uni() {  # NAME [CKPT]
-  local ck=${2:-$CK}
+neural_uni() {  # NAME [CKPT [KEY=VALUE...]]
+  local ck=${2:-$CK} sets=() kv
+  for kv in "${@:3}"; do sets+=(--set "$kv"); done
   [ -f "$ck/SYNTHETIC.json" ] || { log "skip $1: no checkpoint"; return; }
   fresh
   vram_watch
   bench_run "$1" 150 "$LOG" decode "$ck" --backend "$BACKEND" --budget-gib 12 --threads "$THREADS" \
-    --context 16384 --tokens 128 --depth "$DEPTH" --temperature 0 --repeats 2 --warmup 1 --set "pool_gib=$POOL"
+    --context 16384 --tokens 128 --depth "$DEPTH" --temperature 0 --repeats 2 --warmup 1 --set "pool_gib=$POOL" \
+    "${sets[@]}"
   vram_stop "$1"
 }
 neural_cal() {  # NAME [KEY=VALUE...]: bench_run's pattern for bench.routing.calibrated_tg
@@ -229,10 +232,12 @@ TG=(-p 0 -n 128)
 has calibrated && neural_cal neural-cal-1
 has calpolicy && neural_cal neural-calpolicy-1 $CAL_POLICY
 has uniform && neural_uni neural-uni-1
+has unipolicy && neural_uni neural-unipolicy-1 "$CK" $UNI_POLICY
 has skewed && neural_uni neural-skew-1 "$CKS"
 llama llama-1 "${TG[@]}" ${LLAMA_ARGS:-}
 llama llama-2 "${TG[@]}" ${LLAMA_ARGS:-}
 has skewed && neural_uni neural-skew-2 "$CKS"
+has unipolicy && neural_uni neural-unipolicy-2 "$CK" $UNI_POLICY
 has uniform && neural_uni neural-uni-2
 has calpolicy && neural_cal neural-calpolicy-2 $CAL_POLICY
 has calibrated && neural_cal neural-cal-2
@@ -277,12 +282,13 @@ def llama(name):
         return r[0]["avg_ts"], None, f"mean of samples {[round(x, 2) for x in r[0]['samples_ts']]}, depth {r[0]['n_depth']}"
     except (TypeError, KeyError, IndexError):
         return None, None, "no result"
-kind = {"neural-cal": calibrated, "neural-calpolicy": calibrated, "neural-uni": uniform, "neural-skew": uniform,
-        "llama": llama}
+kind = {"neural-cal": calibrated, "neural-calpolicy": calibrated, "neural-uni": uniform,
+        "neural-unipolicy": uniform, "neural-skew": uniform, "llama": llama}
 routings = env("ROUTINGS", "").split(",")
-names = {"cal": "calibrated", "calpolicy": "calpolicy", "uni": "uniform", "skew": "skewed"}
-order = [n for n in ("neural-cal-1", "neural-calpolicy-1", "neural-uni-1", "neural-skew-1", "llama-1", "llama-2",
-                     "neural-skew-2", "neural-uni-2", "neural-calpolicy-2", "neural-cal-2")
+names = {"cal": "calibrated", "calpolicy": "calpolicy", "uni": "uniform", "unipolicy": "unipolicy", "skew": "skewed"}
+order = [n for n in ("neural-cal-1", "neural-calpolicy-1", "neural-uni-1", "neural-unipolicy-1", "neural-skew-1",
+                     "llama-1", "llama-2", "neural-skew-2", "neural-unipolicy-2", "neural-uni-2", "neural-calpolicy-2",
+                     "neural-cal-2")
          if n.startswith("llama") or names[n.split("-")[1]] in routings]
 rows = [(n, *kind[n.rsplit("-", 1)[0]](n)) for n in order]
 print(f"decode, {layers} layers, backend {backend}; Neural pool_gib {pool}; llama.cpp -ngl 99 -ncmoe {ncmoe} "
@@ -301,7 +307,8 @@ if m:
           "reads each token's k experts of every CPU layer in full, whichever they are, so its speed does not depend on "
           "the routing; both ratios below are to this figure")
 for prefix, label in (("neural-cal-", "calibrated"), ("neural-calpolicy", f"calibrated, {env('CAL_POLICY')}"),
-                      ("neural-uni", "uniform"), ("neural-skew", "skewed (static, skew 1.5)")):
+                      ("neural-uni-", "uniform"), ("neural-unipolicy", f"uniform, {env('UNI_POLICY')}"),
+                      ("neural-skew", "skewed (static, skew 1.5)")):
     g = group(prefix)
     if not g:
         continue

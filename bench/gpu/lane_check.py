@@ -9,7 +9,9 @@ each run, so the four forced runs must be bit-identical, as must the two off one
 GPU's bf16 expert kernels with the CPU's on the same experts, summed in another order: the per-token relative
 difference of the logits and the argmax agreement are printed (tolerance 2.5e-2, the GPU tests' bound for a
 resident against a CPU-computed expert). Each run prints the lane's GPU-timed copy per expert and kernels per
-layer. Under 64 tokens: no hot set installs.
+layer. Under 64 tokens: no hot set installs during the runs. Last, the same ids with a hot set installed (resident
+GPU experts, no lane) against "off": the spread of GPU against CPU experts without the lane, for a checkpoint whose
+routing depends on rounding (the uniform synthetic: random routers).
 """
 
 from __future__ import annotations
@@ -77,6 +79,14 @@ def main(argv: list[str] | None = None) -> int:
                             "lane_experts_per_token": (st.lane_experts - e0) / toks,
                             "gpu_copy_ms_per_expert": round((lane.copy_ms - k0) / sent, 4),
                             "gpu_kernel_ms_per_layer": round((lane.kernel_ms - g0) * 2 / sent, 4)})
+    # the spread any GPU-computed expert brings: the same ids with a hot set resident (GPU experts, no lane).
+    # Where routing depends on rounding (a random router), this diverges as much as the lane does.
+    be.decoder.lane = None
+    out["resident_slots"] = be.install_hot_set()
+    be.ids, be.checkpoints = [], []
+    h0, r0 = be.decoder.stats.hits, be.decoder.stats.routed
+    resident = [be.forward([t]).clone() for t in ids]
+    out["resident_hit_rate"] = (be.decoder.stats.hits - h0) / max(1, be.decoder.stats.routed - r0)
     be.decoder.lane = lane
     be.decoder.early_launch = early
 
@@ -84,12 +94,20 @@ def main(argv: list[str] | None = None) -> int:
         return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
     off, forced = runs["off"], runs["forced"]
-    rel = [float((a.double() - b.double()).norm() / b.double().norm()) for a, b in zip(forced[0], off[0], strict=True)]
+
+    def rel_of(got: list[torch.Tensor]) -> list[float]:
+        return [float((a.double() - b.double()).norm() / b.double().norm()) for a, b in zip(got, off[0], strict=True)]
+
+    rel = rel_of(forced[0])
     agree = float(np.mean([int(a.argmax()) == int(b.argmax()) for a, b in zip(forced[0], off[0], strict=True)]))
     out.update({"off_bit_identical": same(off[0], off[1]),
                 "forced_bit_identical": all(same(forced[0], f) for f in forced[1:]),
                 "max_rel_forced_vs_off": round(max(rel), 5), "mean_rel": round(float(np.mean(rel)), 5),
                 "argmax_agree": agree, "late_steps": be.decoder.late_steps})
+    rel_res = rel_of(resident)
+    out["max_rel_resident_vs_off"] = round(max(rel_res), 5)
+    out["argmax_agree_resident"] = float(np.mean([int(a.argmax()) == int(b.argmax())
+                                                  for a, b in zip(resident, off[0], strict=True)]))
     ok = out["off_bit_identical"] and out["forced_bit_identical"] and max(rel) < TOL and agree >= 0.9
     out["verdict"] = "PASS" if ok else "FAIL"
     be.close()
