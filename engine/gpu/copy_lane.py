@@ -255,7 +255,7 @@ class CopyLane:
                 raise RuntimeError("the lane check's copies failed")
             return cpu, sent[0]
 
-        cpu_for(0.02)  # the team warm
+        cpu_for(0.1)  # the team warm, and layer 0's expert pages mapped (first-touch faults would slow "alone")
         with torch.cuda.stream(stream):  # the copy path warm (first touches of the registered pages)
             for e in range(3):
                 run_copies(self.direct, self.core.pool, plan_copies(self.direct, 0, [e], self.slots[0][:1], sb))
