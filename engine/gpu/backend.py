@@ -162,10 +162,10 @@ class GpuBackend:
     def _start_lane(self) -> None:
         """The decode copy lane (copy_lane.py) where direct copies exist: "auto" keeps it if the load-time check
         says it pays on this machine, "on" keeps it anyway."""
-        from .copy_lane import CopyLane
+        from .copy_lane import WIDTH, CopyLane
 
         direct = self.prefill.direct
-        if not self.core.cuda or direct is None or self.plan.n_scratch < 4:
+        if not self.core.cuda or direct is None or self.plan.n_scratch < 2 * WIDTH:
             return
         t0 = time.perf_counter()
         try:

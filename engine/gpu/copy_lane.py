@@ -19,6 +19,7 @@ ms an expert) and its kernels took 0.40 against 0.06 ms a layer (bench.gpu.lane_
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -33,6 +34,7 @@ from . import cudart
 from .prefill.direct import MappedExperts, plan_copies, run_copies
 
 EMA = 0.05  # weight of a new sample in the running rates
+WIDTH = 2  # the most misses of one layer the lane takes; it holds 2 x WIDTH scratch slots (one set per parity)
 PAYS = 1.15  # the lane is kept where the two lanes together compute this much more than the CPU kernel alone
 
 
@@ -43,7 +45,7 @@ def lane_gain(cpu_alone_ms: float, cpu_beside_ms: float, copy_ms: float) -> floa
 
 
 class CopyLane:
-    def __init__(self, core: Any, direct: MappedExperts, width: int = 2, cpu_fixed_ms: float = 0.05) -> None:
+    def __init__(self, core: Any, direct: MappedExperts, width: int = WIDTH, cpu_fixed_ms: float = 0.05) -> None:
         plan = core.plan
         if plan.n_scratch < 2 * width:
             raise ValueError(f"the copy lane needs {2 * width} scratch slots, the plan has {plan.n_scratch}")
@@ -53,7 +55,6 @@ class CopyLane:
         self.cuda = bool(core.cuda)
         cfg = core.cfg
         bt, k = core.kern.block_t, cfg.num_experts_per_tok
-        self.k = k
         # per parity (layer % 2): the slots, the routing the kernels read (ids | weight bits | slots, -1 = none)
         # and the output, both pinned so the host writes and reads them without copies
         self.slots = [[plan.n_slots + p * width + j for j in range(width)] for p in (0, 1)]
@@ -79,7 +80,6 @@ class CopyLane:
         self.cpu_ms = 0.3  # per expert; set by worth_it(), then from every layer the CPU computes
         self.lane_ms = 0.3  # per expert copied and computed
         self.experts = 0  # sent down the lane since load
-        self.waited_s = 0.0  # host time spent waiting for the lane after its CPU share
         self.copy_ms = 0.0  # GPU-timed since load: the copies, then the kernels, of every lane use
         self.kernel_ms = 0.0
 
@@ -120,6 +120,21 @@ class CopyLane:
             self._parts[layer] = got
         return got
 
+    def _queue_copies(self, layer: int, experts: Sequence[int], slots: Sequence[int]) -> None:
+        """Queue the copies of ``experts`` of ``layer`` into ``slots`` on the lane's stream (at once without CUDA):
+        one runtime call per part where the runtime library is found, else the prompt path's planned copies."""
+        sb = self.core.plan.slot_bytes
+        if self._rt is None or self.stream is None:
+            with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
+                run_copies(self.direct, self.core.pool, plan_copies(self.direct, layer, list(experts), slots, sb))
+            return
+        raw, base, copy = self.stream.cuda_stream, self.core.pool.data_ptr(), self._rt.copy_2d
+        parts = self._layer_parts(layer)
+        for e, slot in zip(experts, slots, strict=True):
+            dst = base + slot * sb
+            for src, size, off in parts:
+                copy(dst + off, sb, src + e * size, size, size, 1, raw)
+
     def start(self, layer: int, experts: Sequence[int], weights: Sequence[float]) -> None:
         """Copy ``experts`` of ``layer`` into the parity's slots and queue their GPU compute."""
         p = layer % 2
@@ -132,28 +147,18 @@ class CopyLane:
         r[bt : bt + m] = np.asarray(weights, dtype=np.float32).view(np.int32)
         r[2 * bt : 2 * bt + m] = slots
         if self.stream is None:  # interpreter / CPU tensors: everything at once
-            run_copies(self.direct, self.core.pool,
-                       plan_copies(self.direct, layer, list(experts), slots, self.core.plan.slot_bytes))
+            self._queue_copies(layer, experts, slots)
             self._kernels(p)
             return
         t0, tc, t1 = self._spare[p]
         stream = self.stream
         t0.record(stream)
+        self._queue_copies(layer, experts, slots)
+        tc.record(stream)
         if self._rt is not None and self._execs:
-            raw, sb, base, copy = stream.cuda_stream, self.core.plan.slot_bytes, self.core.pool.data_ptr(), \
-                self._rt.copy_2d
-            parts = self._layer_parts(layer)
-            for e, slot in zip(experts, slots, strict=True):
-                dst = base + slot * sb
-                for src, size, off in parts:
-                    copy(dst + off, sb, src + e * size, size, size, 1, raw)
-            tc.record(stream)
-            self._rt.graph_launch(self._execs[p], raw)
+            self._rt.graph_launch(self._execs[p], stream.cuda_stream)
         else:
             with torch.cuda.stream(stream):
-                run_copies(self.direct, self.core.pool,
-                           plan_copies(self.direct, layer, list(experts), slots, self.core.plan.slot_bytes))
-                tc.record()
                 if self.graphs:
                     self.graphs[p].replay()
                 else:
@@ -167,10 +172,8 @@ class CopyLane:
         p = layer % 2
         ev = self._events[p]
         if ev is not None:
-            tw = time.perf_counter()
             while not ev[2].query():
                 pass
-            self.waited_s += time.perf_counter() - tw
             copy, kern = ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])
             self.copy_ms += copy
             self.kernel_ms += kern
@@ -213,7 +216,7 @@ class CopyLane:
 
     # ---- at load ----------------------------------------------------------------------------
     def worth_it(self, misses: Any, seconds: float = 0.12, seed: int = 0) -> tuple[bool, dict[str, float]]:
-        """Measure, on layer 0's experts, the CPU kernel alone and beside the lane's copies running back to back
+        """Measure, on layer 0's experts, the CPU kernel alone and beside the lane's own copies running back to back
         (as bench.kernel.dma_share does); the lane pays where the two together compute 15% more experts a
         millisecond than the kernel alone. Sets the starting rates of :meth:`split`."""
         if not self.cuda or not self.direct.ready(0):
@@ -224,7 +227,7 @@ class CopyLane:
         rng = random.Random(seed)
         x = np.random.default_rng(seed).standard_normal(cfg.hidden_size).astype(np.float32)
         out = np.zeros(cfg.hidden_size, dtype=np.float32)
-        n_e, sb = cfg.num_local_experts, self.core.plan.slot_bytes
+        n_e = cfg.num_local_experts
 
         def cpu_for(s: float) -> float:  # ms per expert, two a call as a decode layer's misses, fixed cost included
             calls, t0 = 0, time.perf_counter()
@@ -236,12 +239,10 @@ class CopyLane:
         def copies(stop: threading.Event, sent: list[float]) -> None:  # one expert at a time, each waited for
             copy_rng = random.Random(seed + 1)
             n, t0 = 0, time.perf_counter()
-            with torch.cuda.stream(stream):
-                while not stop.is_set() or n < 3:
-                    run_copies(self.direct, self.core.pool,
-                               plan_copies(self.direct, 0, [copy_rng.randrange(n_e)], self.slots[0][:1], sb))
-                    stream.synchronize()
-                    n += 1
+            while not stop.is_set() or n < 3:
+                self._queue_copies(0, [copy_rng.randrange(n_e)], self.slots[0][:1])
+                stream.synchronize()
+                n += 1
             sent.append((time.perf_counter() - t0) * 1e3 / n)
 
         def beside_copies() -> tuple[float, float]:  # (CPU ms per expert, copy ms per expert), together
@@ -256,11 +257,10 @@ class CopyLane:
             return cpu, sent[0]
 
         cpu_for(0.1)  # the team warm, and layer 0's expert pages mapped (first-touch faults would slow "alone")
-        with torch.cuda.stream(stream):  # the copy path warm (first touches of the registered pages)
-            for e in range(3):
-                run_copies(self.direct, self.core.pool, plan_copies(self.direct, 0, [e], self.slots[0][:1], sb))
+        for e in range(3):  # the copy path warm (first touches of the registered pages)
+            self._queue_copies(0, [e], self.slots[0][:1])
         stream.synchronize()
-        # alone, beside, beside, alone: drifting load hits both; medians
+        # alone, beside, beside, alone: drifting load hits both; means
         a1 = cpu_for(seconds)
         b1, c1 = beside_copies()
         b2, c2 = beside_copies()
