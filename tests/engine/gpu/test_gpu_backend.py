@@ -18,18 +18,11 @@ from engine.gpu.backend import GpuBackend, GpuUnavailable
 from engine.gpu.layout import ExpertLayout
 from engine.reference import ReferenceModel
 from engine.settings import EngineSettings
-from engine.synth import PRESETS, write_synthetic_checkpoint
 
 TOKENS = [5, 77, 300, 12, 9, 401, 33, 250, 8, 100, 42, 7]
 # bf16 activations vs the fp32 reference: the bf16 reference itself deviates by up to ~2.5%
 # per token on this model, so each token must be within 5% and the mean within 2.5%.
 TOL, MEAN_TOL = 5e-2, 2.5e-2
-
-
-@pytest.fixture(scope="module")
-def tiny_ck(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
-    d = write_synthetic_checkpoint(tmp_path_factory.mktemp("gpu-tiny"), PRESETS["tiny"], seed=3, skew=1.0)
-    return Checkpoint.open(d)
 
 
 def settings_for(ck: Checkpoint, slots: int, **kw: object) -> EngineSettings:

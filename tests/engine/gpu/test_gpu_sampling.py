@@ -22,16 +22,9 @@ from engine.gpu.layout import ExpertLayout
 from engine.sampling import Sampler
 from engine.session import Engine
 from engine.settings import EngineSettings
-from engine.synth import PRESETS, write_synthetic_checkpoint
 from engine.types import Done, GenerationParams
 
 PROMPT = [5, 77, 300, 12]
-
-
-@pytest.fixture(scope="module")
-def tiny_ck(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
-    d = write_synthetic_checkpoint(tmp_path_factory.mktemp("gpu-sampling"), PRESETS["tiny"], seed=3, skew=1.0)
-    return Checkpoint.open(d)
 
 
 def make(ck: Checkpoint) -> GpuBackend:
