@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.gpu.copy_lane import best_split
 from engine.store.native_experts import expert_ref_from_record
 from engine.store.reader import ExpertStore
 from native.kernel import load_kernel
@@ -69,12 +70,8 @@ def project(hit: float, layers: int, cpu_fixed_ms: float, cpu_ms: float, copy_ms
     now = lane = 0.0
     for k in range(routed + 1):
         pk = math.comb(routed, k) * p**k * (1 - p) ** (routed - k)
-
-        def cpu(j: int) -> float:
-            return cpu_fixed_ms + j * cpu_ms if j else 0.0
-
-        now += pk * cpu(k)
-        lane += pk * min(max(cpu(k - m), m * (copy_ms + gpu_ms)) for m in range(k + 1))
+        now += pk * (cpu_fixed_ms + k * cpu_ms if k else 0.0)
+        lane += pk * best_split(k, k, cpu_fixed_ms, cpu_ms, copy_ms + gpu_ms)[1]  # the engine's split, m unbounded
     return {"misses_per_token": round(layers * routed * p, 2), "cpu_phase_ms_now": round(layers * now, 3),
             "phase_ms_with_lane": round(layers * lane, 3)}
 

@@ -44,6 +44,18 @@ def lane_gain(cpu_alone_ms: float, cpu_beside_ms: float, copy_ms: float) -> floa
     return (1.0 / cpu_beside_ms + 1.0 / copy_ms) * cpu_alone_ms
 
 
+def best_split(k: int, most: int, fixed_ms: float, cpu_ms: float, lane_ms: float) -> tuple[int, float]:
+    """(m, ms): how many of a layer's ``k`` misses (at most ``most``) the lane should take, and the layer's time then:
+    the least of max(CPU on k - m, lane on m), the CPU costing ``fixed_ms + j * cpu_ms`` for j > 0 experts and the
+    lane ``m * lane_ms``; a tie keeps the misses on the CPU."""
+    best, best_t = 0, fixed_ms + k * cpu_ms if k else 0.0
+    for m in range(1, min(most, k) + 1):
+        t = max(fixed_ms + (k - m) * cpu_ms if k > m else 0.0, m * lane_ms)
+        if t < best_t:
+            best, best_t = m, t
+    return best, best_t
+
+
 class CopyLane:
     def __init__(self, core: Any, direct: MappedExperts, width: int = WIDTH, cpu_fixed_ms: float = 0.05) -> None:
         plan = core.plan
@@ -193,13 +205,7 @@ class CopyLane:
         free = [i for i, e in enumerate(experts) if e not in keep]
         if not free or not self.direct.ready(layer):
             return experts, weights, [], []
-        k = len(experts)
-        a, b, c = self.cpu_fixed_ms, self.cpu_ms, self.lane_ms
-        best, best_t = 0, a + k * b
-        for m in range(1, min(self.width, len(free)) + 1):
-            t = max(a + (k - m) * b if k > m else 0.0, m * c)
-            if t < best_t:
-                best, best_t = m, t
+        best, _ = best_split(len(experts), min(self.width, len(free)), self.cpu_fixed_ms, self.cpu_ms, self.lane_ms)
         if best == 0:
             return experts, weights, [], []
         lane = set(free[-best:])  # the last misses: any would do, these keep the CPU's order stable
