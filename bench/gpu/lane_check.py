@@ -48,15 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     out["ready_layers"] = direct.ready_layers if direct is not None else 0
     out["direct_error"] = direct.error if direct is not None else "no direct copies"
     # first the split as it ships, from the load-time check's rates, learning as it goes
-    rates = (lane.cpu_ms, lane.lane_ms)
+    rates = (lane.rates.cpu_ms, lane.rates.lane_ms)
     be.ids, be.checkpoints = [], []
     e0, t0 = be.decoder.stats.lane_experts, be.decoder.stats.tokens
     for t in np.random.default_rng(8).integers(0, ck.config.vocab_size, n):
         be.forward([int(t)])
-    out["auto"] = {"start_rates_ms": [round(r, 4) for r in rates], "end_rates_ms": [round(lane.cpu_ms, 4),
-                   round(lane.lane_ms, 4)], "lane_experts_per_token": (be.decoder.stats.lane_experts - e0)
+    out["auto"] = {"start_rates_ms": [round(r, 4) for r in rates], "split": lane.report(),
+                   "lane_experts_per_token": (be.decoder.stats.lane_experts - e0)
                    / max(1, be.decoder.stats.tokens - t0)}
-    lane.observe_cpu = lambda experts, seconds: None  # type: ignore[method-assign]
     ids = [int(x) for x in np.random.default_rng(7).integers(0, ck.config.vocab_size, n)]
     runs: dict[str, list[list[torch.Tensor]]] = {"off": [], "forced": []}
     early = be.decoder.early_launch
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     for mode in ("off", "forced", "forced-plain", "forced-plain", "forced", "off"):
         be.decoder.lane = lane if mode.startswith("forced") else None
         be.decoder.early_launch = early and not mode.endswith("plain")
-        lane.cpu_ms, lane.lane_ms = 10.0, 0.01
+        lane.rates.fix(10.0, 0.01)
         be.ids, be.checkpoints = [], []
         st = be.decoder.stats
         w0, t0, e0, c0, l0 = st.wall, st.tokens, st.lane_experts, st.cpu, st.lane

@@ -36,6 +36,12 @@ def routing_warning(routing: Routing, requested: str | None, model_dir: Path) ->
     return None
 
 
+def _lane_block(engine: Engine) -> dict[str, Any]:
+    lane = getattr(getattr(engine.backend, "decoder", None), "lane", None)
+    return {"on": lane is not None, "check": getattr(engine.backend, "lane_check", {}),
+            "split": lane.report() if lane is not None else None}
+
+
 def header(bench: str, engine: Engine, routing: Routing, requested: str | None,
            bench_settings: dict[str, Any]) -> dict[str, Any]:
     cfg = engine.config
@@ -51,9 +57,10 @@ def header(bench: str, engine: Engine, routing: Routing, requested: str | None,
         "routing": routing_block(routing, requested),
         "backend": engine.backend.name,
         "backend_note": engine.info.backend_note,
-        # the decode copy lane's load-time check (engine/gpu/copy_lane.py), and whether it is on
-        "decode_lane": {"on": getattr(getattr(engine.backend, "decoder", None), "lane", None) is not None,
-                        "check": getattr(engine.backend, "lane_check", {})},
+        # the decode copy lane (engine/gpu/copy_lane.py): its load-time check, whether it is on, and what its split
+        # did over the whole bench (rates, probes, layers per choice)
+        "decode_lane": _lane_block(engine),
+        "load_phases_s": {k: round(v, 3) for k, v in getattr(engine.backend, "load_phases", {}).items()},
         "settings": {"engine": engine.settings.to_dict(), "bench": bench_settings,
                      "torch_threads": torch.get_num_threads()},
         "engine_version": engine_version(),

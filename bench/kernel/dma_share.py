@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.gpu.copy_lane import best_split
+from engine.gpu.lane_split import best_split
 from engine.store.native_experts import expert_ref_from_record
 from engine.store.reader import ExpertStore
 from native.kernel import load_kernel

@@ -9,8 +9,9 @@ on the H200 host (16 cores, 8 threads) the kernel read 42.7 GB/s alone and 39.9 
 fills DRAM (-11%). :meth:`CopyLane.worth_it` repeats that measurement at load.
 
 Per layer, :meth:`split` gives the lane the m of the k misses that minimise max(CPU on k - m, lane on m) at the
-rates measured so far. Scratch slots hold the prompt path's staged experts only while a prompt runs, so decode
-borrows them. The lane is Linux and CUDA only: it needs the registered mapping and a copy stream.
+rates measured so far (lane_split.py: how they are learned, and the probes that keep the lane's current).
+Scratch slots hold the prompt path's staged experts only while a prompt runs, so decode borrows them. The lane is
+Linux and CUDA only: it needs the registered mapping and a copy stream.
 
 With the lane on, layers are launched the plain way, after the CPU's result (Decoder.step): beside an early-launched
 graph, whose first kernel polls the host's flag over PCIe, the lane's copies ran at half speed (0.59 against 0.30
@@ -31,29 +32,10 @@ import torch
 
 from ..plan import SLOT_PARTS
 from . import cudart
+from .lane_split import PAYS, SplitRates, lane_gain
 from .prefill.direct import MappedExperts, plan_copies, run_copies
 
-EMA = 0.05  # weight of a new sample in the running rates
 WIDTH = 2  # the most misses of one layer the lane takes; it holds 2 x WIDTH scratch slots (one set per parity)
-PAYS = 1.15  # the lane is kept where the two lanes together compute this much more than the CPU kernel alone
-
-
-def lane_gain(cpu_alone_ms: float, cpu_beside_ms: float, copy_ms: float) -> float:
-    """Experts a millisecond of the CPU kernel beside the copies plus the copies themselves, over the kernel alone
-    (each argument: ms per expert)."""
-    return (1.0 / cpu_beside_ms + 1.0 / copy_ms) * cpu_alone_ms
-
-
-def best_split(k: int, most: int, fixed_ms: float, cpu_ms: float, lane_ms: float) -> tuple[int, float]:
-    """(m, ms): how many of a layer's ``k`` misses (at most ``most``) the lane should take, and the layer's time then:
-    the least of max(CPU on k - m, lane on m), the CPU costing ``fixed_ms + j * cpu_ms`` for j > 0 experts and the
-    lane ``m * lane_ms``; a tie keeps the misses on the CPU."""
-    best, best_t = 0, fixed_ms + k * cpu_ms if k else 0.0
-    for m in range(1, min(most, k) + 1):
-        t = max(fixed_ms + (k - m) * cpu_ms if k > m else 0.0, m * lane_ms)
-        if t < best_t:
-            best, best_t = m, t
-    return best, best_t
 
 
 class CopyLane:
@@ -88,9 +70,9 @@ class CopyLane:
         self._events: list[tuple[Any, Any, Any] | None] = [None, None]
         self._spare = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in (0, 1)] \
             if self.cuda else []
-        self.cpu_fixed_ms = cpu_fixed_ms
-        self.cpu_ms = 0.3  # per expert; set by worth_it(), then from every layer the CPU computes
-        self.lane_ms = 0.3  # per expert copied and computed
+        # per expert: set by worth_it(), then learned from every layer (lane_split.py)
+        self.rates = SplitRates(cpu_fixed_ms=cpu_fixed_ms)
+        self.not_ready = 0  # layers whose misses stayed on the CPU because their shards were not registered yet
         self.experts = 0  # sent down the lane since load
         self.copy_ms = 0.0  # GPU-timed since load: the copies, then the kernels, of every lane use
         self.kernel_ms = 0.0
@@ -189,29 +171,36 @@ class CopyLane:
             copy, kern = ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])
             self.copy_ms += copy
             self.kernel_ms += kern
-            self.lane_ms += EMA * ((copy + kern) / m - self.lane_ms)
+            self.rates.observe_lane(m, copy + kern)
             self._events[p] = None
         out += self.np_out[p]
 
     # ---- the split ----------------------------------------------------------------------------
     def observe_cpu(self, experts: int, seconds: float) -> None:
-        if experts:
-            per = max(0.0, (1e3 * seconds - self.cpu_fixed_ms) / experts)
-            self.cpu_ms += EMA * (per - self.cpu_ms)
+        self.rates.observe_cpu(experts, seconds)
 
     def split(self, layer: int, experts: list[int], weights: list[float],
               keep: Collection[int] = ()) -> tuple[list[int], list[float], list[int], list[float]]:
         """(CPU experts, weights, lane experts, weights). ``keep``: experts the CPU must compute (captures)."""
         free = [i for i, e in enumerate(experts) if e not in keep]
-        if not free or not self.direct.ready(layer):
+        if not free:
             return experts, weights, [], []
-        best, _ = best_split(len(experts), min(self.width, len(free)), self.cpu_fixed_ms, self.cpu_ms, self.lane_ms)
+        if not self.direct.ready(layer):
+            self.not_ready += 1
+            return experts, weights, [], []
+        best = self.rates.choose(len(experts), min(self.width, len(free)))
         if best == 0:
             return experts, weights, [], []
         lane = set(free[-best:])  # the last misses: any would do, these keep the CPU's order stable
         cpu_e = [e for i, e in enumerate(experts) if i not in lane]
         cpu_w = [w for i, w in enumerate(weights) if i not in lane]
         return cpu_e, cpu_w, [experts[i] for i in sorted(lane)], [weights[i] for i in sorted(lane)]
+
+    def report(self) -> dict[str, Any]:
+        """What the lane did since load: the split's rates and choices, the GPU-timed work (bench reports)."""
+        return {**self.rates.report(), "experts": self.experts, "layers_not_registered": self.not_ready,
+                "gpu_copy_ms_per_expert": round(self.copy_ms / self.experts, 4) if self.experts else None,
+                "gpu_kernel_ms_per_expert": round(self.kernel_ms / self.experts, 4) if self.experts else None}
 
     def after_prompt(self) -> None:
         """Order the lane after the prompt's work on the compute stream (its GEMMs read the scratch slots). Called
@@ -273,6 +262,6 @@ class CopyLane:
         a2 = cpu_for(seconds)
         alone, beside, per_copy = (a1 + a2) / 2, (b1 + b2) / 2, (c1 + c2) / 2
         gain = lane_gain(alone, beside, per_copy)
-        self.cpu_ms, self.lane_ms = beside, per_copy
+        self.rates.reset(beside, per_copy)
         return gain >= PAYS, {"cpu_ms_alone": round(alone, 4), "cpu_ms_beside": round(beside, 4),
                               "copy_ms": round(per_copy, 4), "gain": round(gain, 3)}

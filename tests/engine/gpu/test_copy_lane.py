@@ -24,7 +24,8 @@ from test_gpu_backend import (  # this folder is on sys.path
 
 from engine.checkpoint import Checkpoint
 from engine.gpu.backend import GpuBackend
-from engine.gpu.copy_lane import PAYS, CopyLane, lane_gain
+from engine.gpu.copy_lane import CopyLane
+from engine.gpu.lane_split import PAYS, lane_gain
 from engine.gpu.prefill.direct import MappedExperts
 from engine.settings import EngineSettings, SettingsError
 
@@ -41,8 +42,7 @@ def mapped(ck: Checkpoint, be: GpuBackend) -> MappedExperts:
 
 def greedy_lane(be: GpuBackend, ck: Checkpoint, width: int = 2) -> CopyLane:
     lane = CopyLane(be.core, mapped(ck, be), width=width)
-    lane.cpu_ms, lane.lane_ms = 10.0, 0.01  # the split sends as many misses as fit down the lane
-    lane.observe_cpu = lambda experts, seconds: None  # type: ignore[method-assign]  # keep the rates fixed
+    lane.rates.fix(10.0, 0.01)  # the split sends as many misses as fit down the lane
     be.decoder.lane = lane
     return lane
 
@@ -88,17 +88,18 @@ def test_lane_output_is_the_cpus_for_the_same_experts(tiny_ck: Checkpoint) -> No
 def test_split_follows_the_rates_and_keeps_captures_on_the_cpu(tiny_ck: Checkpoint) -> None:
     be = backend(tiny_ck)
     lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, cpu_fixed_ms=0.05)
-    lane.cpu_ms, lane.lane_ms = 0.3, 0.3
+    lane.rates.fix(0.3, 0.3)
     e, w = [4, 9, 12], [0.5, 0.3, 0.2]
     # 3 misses: CPU alone 0.95; 2 + 1 lane 0.65; 1 + 2 lane 0.6 -> two down the lane
     cpu_e, cpu_w, lane_e, lane_w = lane.split(0, e, w)
     assert (cpu_e, lane_e) == ([4], [9, 12]) and (cpu_w, lane_w) == ([0.5], [0.3, 0.2])
     assert lane.split(0, e, w, keep={9: 0, 12: 1})[2] == [4]  # captures stay with the CPU kernel
-    lane.lane_ms = 5.0  # a slow lane: everything on the CPU
+    lane.rates.fix(0.3, 5.0)  # a slow lane: everything on the CPU
     assert lane.split(0, e, w)[2] == []
-    lane.lane_ms = 0.3
+    lane.rates.fix(0.3, 0.3)
     lane.direct.ready = lambda layer: False  # type: ignore[method-assign]  # a layer not registered yet
     assert lane.split(0, e, w)[2] == []
+    assert lane.not_ready == 1 and lane.report()["layers_not_registered"] == 1
 
 
 def test_too_few_scratch_slots_is_refused(tiny_ck: Checkpoint) -> None:

@@ -1,0 +1,103 @@
+"""How many of a decode layer's misses the copy lane (copy_lane.py) takes: the rates it compares, learned as decode
+runs, and the choice. Pure Python, so the decision is tested on recorded rates without a GPU.
+
+The CPU's rate comes from every layer it computes (an EMA). The lane's comes only from the layers that use it, so
+one bad sample must not switch it off for good: a copy queued behind other host-to-device traffic timed 10-100x its
+usual 0.3 ms, and with a running mean that one sample lifted the rate above anything the split would ever choose,
+after which no sample came to lower it. The lane's rate is therefore the median of its recent samples, and a layer
+that keeps every miss on the CPU for a while sends one down the lane as a probe, less often while probes keep saying
+the lane is slow.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from statistics import median
+from typing import Any
+
+EMA = 0.05  # weight of a new sample in the CPU's running rate
+PAYS = 1.15  # the lane is kept where the two lanes together compute this much more than the CPU kernel alone
+WINDOW = 9  # the lane's recent samples whose median is its rate
+PROBE_FIRST, PROBE_LAST = 64, 1024  # layers without the lane before a probe: doubling after each probe, reset on use
+
+
+def lane_gain(cpu_alone_ms: float, cpu_beside_ms: float, copy_ms: float) -> float:
+    """Experts a millisecond of the CPU kernel beside the copies plus the copies themselves, over the kernel alone
+    (each argument: ms per expert)."""
+    return (1.0 / cpu_beside_ms + 1.0 / copy_ms) * cpu_alone_ms
+
+
+def best_split(k: int, most: int, fixed_ms: float, cpu_ms: float, lane_ms: float) -> tuple[int, float]:
+    """(m, ms): how many of a layer's ``k`` misses (at most ``most``) the lane should take, and the layer's time then:
+    the least of max(CPU on k - m, lane on m), the CPU costing ``fixed_ms + j * cpu_ms`` for j > 0 experts and the
+    lane ``m * lane_ms``; a tie keeps the misses on the CPU."""
+    best, best_t = 0, fixed_ms + k * cpu_ms if k else 0.0
+    for m in range(1, min(most, k) + 1):
+        t = max(fixed_ms + (k - m) * cpu_ms if k > m else 0.0, m * lane_ms)
+        if t < best_t:
+            best, best_t = m, t
+    return best, best_t
+
+
+class SplitRates:
+    """The per-expert rates (ms) that :func:`best_split` compares, and the per-layer choice with probes."""
+
+    def __init__(self, cpu_ms: float = 0.3, lane_ms: float = 0.3, cpu_fixed_ms: float = 0.05) -> None:
+        self.cpu_fixed_ms = cpu_fixed_ms
+        self.cpu_ms = cpu_ms
+        self._lane: deque[float] = deque([lane_ms], maxlen=WINDOW)
+        self.frozen = False  # fixed rates (bench.gpu.lane_check's forced runs, tests): no learning, no probes
+        self.idle = 0  # layers with misses since the lane was last used
+        self.every = PROBE_FIRST
+        self.probes = 0
+        self.chosen = [0, 0, 0]  # layers that sent 0, 1, 2+ misses down the lane (probes counted as 1)
+        self.cpu_samples = self.lane_samples = 0
+
+    @property
+    def lane_ms(self) -> float:
+        return median(self._lane)
+
+    def reset(self, cpu_ms: float, lane_ms: float) -> None:
+        """Start again from these rates (the load-time check's)."""
+        self.cpu_ms = cpu_ms
+        self._lane.clear()
+        self._lane.append(lane_ms)
+        self.idle, self.every = 0, PROBE_FIRST
+
+    def fix(self, cpu_ms: float, lane_ms: float) -> None:
+        """These rates from now on, unlearned and without probes (forced runs, tests)."""
+        self.reset(cpu_ms, lane_ms)
+        self.frozen = True
+
+    def observe_cpu(self, experts: int, seconds: float) -> None:
+        if experts and not self.frozen:
+            per = max(0.0, (1e3 * seconds - self.cpu_fixed_ms) / experts)
+            self.cpu_ms += EMA * (per - self.cpu_ms)
+            self.cpu_samples += 1
+
+    def observe_lane(self, experts: int, ms: float) -> None:
+        """GPU-timed copies and kernels of ``experts`` misses sent down the lane together."""
+        if experts and not self.frozen:
+            self._lane.append(ms / experts)
+            self.lane_samples += 1
+
+    def choose(self, k: int, most: int) -> int:
+        """How many of ``k`` misses the lane takes, ``most`` of them free to go (not captures)."""
+        if k <= 0 or most <= 0:
+            return 0
+        m, _ = best_split(k, most, self.cpu_fixed_ms, self.cpu_ms, self.lane_ms)
+        if m:
+            self.idle, self.every = 0, PROBE_FIRST
+        elif not self.frozen:
+            self.idle += 1
+            if self.idle >= self.every:  # the lane's rate may be stale: one miss measures it again
+                self.idle, self.every = 0, min(2 * self.every, PROBE_LAST)
+                self.probes += 1
+                m = 1
+        self.chosen[min(m, 2)] += 1
+        return m
+
+    def report(self) -> dict[str, Any]:
+        return {"cpu_ms": round(self.cpu_ms, 4), "lane_ms": round(self.lane_ms, 4), "cpu_fixed_ms": self.cpu_fixed_ms,
+                "cpu_samples": self.cpu_samples, "lane_samples": self.lane_samples, "probes": self.probes,
+                "layers_sending_0_1_2": list(self.chosen)}
