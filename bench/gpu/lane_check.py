@@ -67,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         be.ids, be.checkpoints = [], []
         st = be.decoder.stats
         w0, t0, e0, c0, l0 = st.wall, st.tokens, st.lane_experts, st.cpu, st.lane
-        k0, g0, x0 = lane.copy_ms, lane.kernel_ms, lane.experts
+        k0, g0, x0 = lane.copy_ms, lane.kernel_ms, lane.timed  # summed over the timed uses (copy_lane.TIME_EVERY)
         got = [be.forward([t]).clone() for t in ids]
         runs[mode.split("-")[0]].append(got)
         toks = st.tokens - t0
-        sent = max(1, lane.experts - x0)
+        sent = max(1, lane.timed - x0)
         out["runs"].append({"mode": mode, "step_ms": round(1e3 * (st.wall - w0) / toks, 3),
                             "cpu_ms": round(1e3 * (st.cpu - c0) / toks, 3),
                             "lane_ms": round(1e3 * (st.lane - l0) / toks, 3),

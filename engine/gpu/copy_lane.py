@@ -35,6 +35,8 @@ from . import cudart
 from .lane_split import PAYS, SplitRates, lane_gain
 from .prefill.direct import MappedExperts, plan_copies, run_copies
 
+TIME_EVERY = 4  # lane uses timed by GPU events (three records and two reads); the rest wait on a stream query
+MAX_PITCH = (1 << 31) - 1  # cudaMemcpy2D's largest pitch (cudaDeviceProp.memPitch on current GPUs)
 WIDTH = 2  # the most misses of one layer the lane takes; it holds 2 x WIDTH scratch slots (one set per parity)
 
 
@@ -74,7 +76,9 @@ class CopyLane:
         self.rates = SplitRates(cpu_fixed_ms=cpu_fixed_ms)
         self.not_ready = 0  # layers whose misses stayed on the CPU because their shards were not registered yet
         self.experts = 0  # sent down the lane since load
-        self.copy_ms = 0.0  # GPU-timed since load: the copies, then the kernels, of every lane use
+        self.uses = 0  # layers that used the lane
+        self.timed = 0  # experts of the timed uses, over which copy_ms and kernel_ms are summed
+        self.copy_ms = 0.0  # GPU-timed since load: the copies, then the kernels, of the timed uses
         self.kernel_ms = 0.0
 
     # ---- the GPU part -----------------------------------------------------------------------
@@ -116,39 +120,58 @@ class CopyLane:
 
     def _queue_copies(self, layer: int, experts: Sequence[int], slots: Sequence[int]) -> None:
         """Queue the copies of ``experts`` of ``layer`` into ``slots`` on the lane's stream (at once without CUDA):
-        one runtime call per part where the runtime library is found, else the prompt path's planned copies."""
+        runtime calls where the runtime library is found, else the prompt path's planned copies. Two experts bound
+        for adjacent slots, the lower id first, go in one 2-D copy per part (two rows: the source pitch is the
+        experts' distance, the destination's one slot), halving the calls the host issues on the critical path."""
         sb = self.core.plan.slot_bytes
-        if self._rt is None or self.stream is None:
+        if self._rt is None:
             with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
                 run_copies(self.direct, self.core.pool, plan_copies(self.direct, layer, list(experts), slots, sb))
             return
-        raw, base, copy = self.stream.cuda_stream, self.core.pool.data_ptr(), self._rt.copy_2d
+        raw = self.stream.cuda_stream if self.stream is not None else 0
+        base, copy = self.core.pool.data_ptr(), self._rt.copy_2d
         parts = self._layer_parts(layer)
-        for e, slot in zip(experts, slots, strict=True):
-            dst = base + slot * sb
+        i, m = 0, len(experts)
+        while i < m:
+            e, dst = experts[i], base + slots[i] * sb
+            d = experts[i + 1] - e if i + 1 < m and slots[i + 1] == slots[i] + 1 else 0
+            if d > 0 and all(d * size <= MAX_PITCH for _, size, _ in parts):
+                for src, size, off in parts:
+                    copy(dst + off, sb, src + e * size, d * size, size, 2, raw)
+                i += 2
+                continue
             for src, size, off in parts:
                 copy(dst + off, sb, src + e * size, size, size, 1, raw)
+            i += 1
 
     def start(self, layer: int, experts: Sequence[int], weights: Sequence[float]) -> None:
-        """Copy ``experts`` of ``layer`` into the parity's slots and queue their GPU compute."""
+        """Copy ``experts`` of ``layer`` into the parity's slots and queue their GPU compute. Every
+        ``TIME_EVERY``-th use, and every probe, is timed by GPU events for the split's rates."""
         p = layer % 2
+        order = sorted(range(len(experts)), key=experts.__getitem__)  # ascending ids pair their copies
+        experts = [experts[j] for j in order]
         m = len(experts)
         slots = self.slots[p][:m]
         bt = self.core.kern.block_t
         r = self.np_route[p]
         r[2 * bt : 3 * bt] = -1
         r[:m] = experts
-        r[bt : bt + m] = np.asarray(weights, dtype=np.float32).view(np.int32)
+        r[bt : bt + m] = np.asarray([weights[j] for j in order], dtype=np.float32).view(np.int32)
         r[2 * bt : 2 * bt + m] = slots
+        self.experts += m
+        self.uses += 1
         if self.stream is None:  # interpreter / CPU tensors: everything at once
             self._queue_copies(layer, experts, slots)
             self._kernels(p)
             return
-        t0, tc, t1 = self._spare[p]
         stream = self.stream
-        t0.record(stream)
+        timed = self.uses % TIME_EVERY == 0 or self.rates.probed
+        t0, tc, t1 = self._spare[p]
+        if timed:
+            t0.record(stream)
         self._queue_copies(layer, experts, slots)
-        tc.record(stream)
+        if timed:
+            tc.record(stream)
         if self._rt is not None and self._execs:
             self._rt.graph_launch(self._execs[p], stream.cuda_stream)
         else:
@@ -157,9 +180,9 @@ class CopyLane:
                     self.graphs[p].replay()
                 else:
                     self._kernels(p)
-        t1.record(stream)
-        self._events[p] = (t0, tc, t1)
-        self.experts += m
+        if timed:
+            t1.record(stream)
+            self._events[p] = (t0, tc, t1)
 
     def finish(self, layer: int, m: int, out: np.ndarray) -> None:
         """Wait for the layer's lane work and add its result to the CPU's ``out``."""
@@ -171,8 +194,12 @@ class CopyLane:
             copy, kern = ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])
             self.copy_ms += copy
             self.kernel_ms += kern
+            self.timed += m
             self.rates.observe_lane(m, copy + kern)
             self._events[p] = None
+        elif self.stream is not None:
+            while not self.stream.query():  # the stream holds only this layer's lane work
+                pass
         out += self.np_out[p]
 
     # ---- the split ----------------------------------------------------------------------------
@@ -199,8 +226,9 @@ class CopyLane:
     def report(self) -> dict[str, Any]:
         """What the lane did since load: the split's rates and choices, the GPU-timed work (bench reports)."""
         return {**self.rates.report(), "experts": self.experts, "layers_not_registered": self.not_ready,
-                "gpu_copy_ms_per_expert": round(self.copy_ms / self.experts, 4) if self.experts else None,
-                "gpu_kernel_ms_per_expert": round(self.kernel_ms / self.experts, 4) if self.experts else None}
+                "uses": self.uses, "timed_experts": self.timed,
+                "gpu_copy_ms_per_expert": round(self.copy_ms / self.timed, 4) if self.timed else None,
+                "gpu_kernel_ms_per_expert": round(self.kernel_ms / self.timed, 4) if self.timed else None}
 
     def after_prompt(self) -> None:
         """Order the lane after the prompt's work on the compute stream (its GEMMs read the scratch slots). Called

@@ -50,6 +50,7 @@ class SplitRates:
         self.idle = 0  # layers with misses since the lane was last used
         self.every = PROBE_FIRST
         self.probes = 0
+        self.probed = False  # the last choice was a probe (its use is timed whatever the sampling)
         self.chosen = [0, 0, 0]  # layers that sent 0, 1, 2+ misses down the lane (probes counted as 1)
         self.cpu_samples = self.lane_samples = 0
 
@@ -84,8 +85,10 @@ class SplitRates:
     def choose(self, k: int, most: int) -> int:
         """How many of ``k`` misses the lane takes, ``most`` of them free to go (not captures)."""
         if k <= 0 or most <= 0:
+            self.probed = False
             return 0
         m, _ = best_split(k, most, self.cpu_fixed_ms, self.cpu_ms, self.lane_ms)
+        self.probed = False
         if m:
             self.idle, self.every = 0, PROBE_FIRST
         elif not self.frozen:
@@ -93,6 +96,7 @@ class SplitRates:
             if self.idle >= self.every:  # the lane's rate may be stale: one miss measures it again
                 self.idle, self.every = 0, min(2 * self.every, PROBE_LAST)
                 self.probes += 1
+                self.probed = True
                 m = 1
         self.chosen[min(m, 2)] += 1
         return m

@@ -4,6 +4,7 @@ CPU's; the per-layer split follows the rates."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"
@@ -27,6 +28,7 @@ from engine.gpu.backend import GpuBackend
 from engine.gpu.copy_lane import CopyLane
 from engine.gpu.lane_split import PAYS, lane_gain
 from engine.gpu.prefill.direct import MappedExperts
+from engine.plan import SLOT_PARTS
 from engine.settings import EngineSettings, SettingsError
 
 
@@ -83,6 +85,53 @@ def test_lane_output_is_the_cpus_for_the_same_experts(tiny_ck: Checkpoint) -> No
     lane.start(1, experts, weights)
     lane.finish(1, 2, out2)  # finish adds to what the CPU wrote
     np.testing.assert_allclose(out2, out + 1.0, rtol=1e-6)
+
+
+class HostRuntime:
+    """cudaMemcpy2DAsync on host memory (the interpreter's slot pool is a CPU tensor): row r of ``width`` bytes
+    from ``src + r * spitch`` to ``dst + r * dpitch``."""
+
+    def __init__(self) -> None:
+        self.heights: list[int] = []
+
+    def copy_2d(self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, stream: int) -> None:
+        for r in range(height):
+            ctypes.memmove(dst + r * dpitch, src + r * spitch, width)
+        self.heights.append(height)
+
+
+def test_runtime_copies_pair_two_experts_and_land_the_planned_bytes(tiny_ck: Checkpoint) -> None:
+    be = backend(tiny_ck)
+    pool = be.core.pool
+    lane = CopyLane(be.core, mapped(tiny_ck, be), width=2)
+    slots = lane.slots[1]
+    for experts, heights in (([3, 9], [2] * len(SLOT_PARTS)), ([9, 3], [1] * 2 * len(SLOT_PARTS))):
+        pool.zero_()
+        lane._rt = None  # the prompt path's planned tensor copies
+        lane._queue_copies(1, experts, slots)
+        want = pool.clone()
+        pool.zero_()
+        lane._rt = rt = HostRuntime()  # type: ignore[assignment]
+        lane._queue_copies(1, experts, slots)
+        assert rt.heights == heights  # ascending ids: one two-row copy per part; else one copy per expert and part
+        assert torch.equal(pool, want) and want.any()
+
+
+def test_start_orders_the_experts_and_keeps_each_weight_with_its_expert(tiny_ck: Checkpoint) -> None:
+    be = backend(tiny_ck)
+    lane = CopyLane(be.core, mapped(tiny_ck, be), width=2)
+    lane._rt = rt = HostRuntime()  # type: ignore[assignment]
+    h = tiny_ck.config.hidden_size
+    x = torch.randn(h, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16).float()
+    be.core.t_even.copy_(x[0::2])
+    be.core.t_odd.copy_(x[1::2])
+    lane.start(0, [6, 3], [0.2, 0.8])
+    out = np.zeros(h, dtype=np.float32)
+    lane.finish(0, 2, out)
+    assert rt.heights == [2] * len(SLOT_PARTS)
+    cpu = np.zeros(h, dtype=np.float32)
+    be.misses.compute(0, x.numpy(), [6, 3], [0.2, 0.8], cpu, {})
+    assert rel(torch.from_numpy(out), torch.from_numpy(cpu)) < 1e-2
 
 
 def test_split_follows_the_rates_and_keeps_captures_on_the_cpu(tiny_ck: Checkpoint) -> None:

@@ -34,8 +34,12 @@ def test_a_slow_lane_is_probed_less_and_less_and_comes_back_when_fast() -> None:
     r = SplitRates(CPU, LANE)
     for _ in range(WINDOW):
         r.observe_lane(1, 5.0)  # the lane became slow: every miss stays on the CPU
-    picks = [r.choose(4, 2) for _ in range(PROBE_FIRST * 7)]
+    picks, probed = [], []
+    for _ in range(PROBE_FIRST * 7):
+        picks.append(r.choose(4, 2))
+        probed.append(r.probed)  # a probe's use is timed whatever the lane's sampling (copy_lane.TIME_EVERY)
     probes = [i for i, m in enumerate(picks) if m]
+    assert probed == [bool(m) for m in picks]
     # a probe after 64 layers without the lane, then after 128, 256, ...
     assert probes == [PROBE_FIRST - 1, 3 * PROBE_FIRST - 1, 7 * PROBE_FIRST - 1]
     assert all(m in (0, 1) for m in picks) and r.probes == 3
