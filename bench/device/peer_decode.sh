@@ -253,13 +253,25 @@ def load(name):
         return json.loads((out / f"{name}.json").read_text())
     except (OSError, ValueError):
         return None
+def lane(on, check, split, per_token):  # the decode copy lane: on?, its load check, its split over the run
+    if not on:
+        return f"; lane off (check {check or 'none'})"
+    d = f"; lane {per_token:.1f} experts/token" if per_token is not None else "; lane on"
+    d += f", check gain {check.get('gain')}" if check else ""
+    if split:
+        d += (f", rates cpu/lane {split['cpu_ms']}/{split['lane_ms']} ms, probes {split['probes']}, layers 0/1/2 "
+              f"{split['layers_sending_0_1_2']}, unregistered {split['layers_not_registered']}")
+    return d
 def uniform(name):  # neural bench decode: median of the timed runs, hit rate median
     r = load(name)
     try:
         row = r["results"][0]
         s = row["sampling"][0]["tokens_per_s"]
         hit = (row.get("vram_hit_rate") or {}).get("median")
-        return s["median"], hit, f"median of runs {[round(x, 2) for x in s['runs']]}, depth {row['depth']}"
+        dl = r.get("decode_lane") or {}
+        return s["median"], hit, (f"median of runs {[round(x, 2) for x in s['runs']]}, depth {row['depth']}"
+                                  + lane(dl.get("on"), dl.get("check"), dl.get("split"),
+                                         (row.get("phases_ms") or {}).get("lane_experts")))
     except (TypeError, KeyError, IndexError):
         return None, None, "no result"
 def calibrated(name):  # bench.routing.calibrated_tg: one timed window
@@ -271,6 +283,8 @@ def calibrated(name):  # bench.routing.calibrated_tg: one timed window
             d += f", routing as designed {r['routing_as_designed']:.3f}, slots {r['slots']} ({r['static_slots']} static)"
         if "tok_s_with_warmup_MEASURED" in r:
             d += f", {r['tok_s_with_warmup_MEASURED']:.2f} tok/s with the warm-up tokens"
+        d += lane(r.get("lane_split") is not None, r.get("lane_check"), r.get("lane_split"),
+                  r.get("lane_experts_per_token"))
         if backend == "gpu" and r["backend"] != "GpuBackend":
             d = "NOT ON THE GPU: " + d
         return r["tok_s_MEASURED"], r.get("vram_hit_rate_MEASURED"), d
@@ -297,7 +311,7 @@ print(f"decode, {layers} layers, backend {backend}; Neural pool_gib {pool}; llam
          f"{env('CAL_DEPTH')}-token prompt and {env('CAL_WARMUP')} untimed)" if "calibrated" in routings else "") + "\n")
 print("| run | tok/s | VRAM hit rate | detail |\n|---|---:|---:|---|")
 for name, ts, hit, detail in rows:
-    print(f"| {name} | {'-' if ts is None else f'{ts:.2f}'} | {'-' if hit is None else f'{hit:.3f}'} | {detail[:200]} |")
+    print(f"| {name} | {'-' if ts is None else f'{ts:.2f}'} | {'-' if hit is None else f'{hit:.3f}'} | {detail[:420]} |")
 def group(prefix):
     return [(ts, hit) for name, ts, hit, _ in rows if name.startswith(prefix) and ts]
 m = [ts for ts, _ in group("llama")]
