@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from engine.harmony import OrdinaryEncoder
 from engine.types import Conversation
 
 if TYPE_CHECKING:
@@ -63,8 +64,17 @@ def chunks(text: str) -> list[str]:
 
 
 def batch_count(tok: Tokenizer, texts: list[str]) -> int:
-    pieces = [c for t in texts for c in chunks(t)]
-    return sum(len(e.ids) for e in tok.encode_batch(pieces, add_special_tokens=False))
+    """Texts whose encoding the renderer kept (an earlier request's messages) count exactly; the rest in chunks."""
+    enc = OrdinaryEncoder.for_tokenizer(tok)
+    n, rest = 0, []
+    for t in texts:
+        known = enc.known_length(t)
+        if known is None:
+            rest.append(t)
+        else:
+            n += known
+    pieces = [c for t in rest for c in chunks(t)]
+    return n + sum(len(e.ids) for e in tok.encode_batch(pieces, add_special_tokens=False)) if pieces else n
 
 
 def lower_bound(texts: list[str], tok: Tokenizer) -> int:

@@ -90,7 +90,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         # misses the copy lane computed on the GPU (engine/gpu/copy_lane.py; counted in cpu_experts_per_token too)
         out["lane_experts_per_token"] = (dec.stats.lane_experts - l0) / a.tokens
         out["lane_check"] = getattr(be, "lane_check", {})
-        out["lane_split"] = dec.lane.report() if dec.lane is not None else None  # rates, probes, choices (lane_split.py)
+        out["lane_split"] = dec.lane.report() if dec.lane is not None else None  # rates, probes (lane_split.py)
         p1 = _phase_totals(dec.stats)
         out["phases_ms"] = {k: round(1e3 * (p1[k] - p0[k]) / a.tokens, 3) for k in p0}
         got = np.sort(np.stack(dec.record_routing), axis=-1)

@@ -5,14 +5,25 @@ Harmony encodes every text piece with ``encode_ordinary``: a special-token strin
 added-token strings out of the text (``add_special_tokens=False`` only disables the
 post-processor template), so text that contains one is tokenized through the
 normalizer → pre-tokenizer → model pipeline by hand, which never sees the added tokens.
+
+Every chat request carries the whole conversation, so a follow-up re-encodes texts the last
+request already encoded: 25-35 ms of a 14k-token coding conversation on the 2-core machine, on
+the way to the first token. The encoder keeps the encodings of long texts it has seen (an LRU
+bounded by characters), so a follow-up encodes only its new messages.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from array import array
+from collections import OrderedDict
 from typing import ClassVar
 
 from tokenizers import Tokenizer
+
+MEMO_CHARS = 8 << 20  # characters of text whose encodings are kept (a long conversation's messages; ids as u32)
+MEMO_MIN = 512  # shorter texts are cheaper to encode again than to keep
 
 
 class OrdinaryEncoder:
@@ -35,8 +46,37 @@ class OrdinaryEncoder:
         self._tok = tok
         contents = sorted({t.content for t in tok.get_added_tokens_decoder().values()}, key=len, reverse=True)
         self._added = re.compile("|".join(re.escape(c) for c in contents)) if contents else None
+        self._memo: OrderedDict[str, array[int]] = OrderedDict()
+        self._memo_chars = 0
+        self._lock = threading.Lock()  # the API's size check and the engine's render share the encoder
 
     def encode(self, text: str) -> list[int]:
+        """The ordinary token ids of ``text`` (a new list: the caller may change it)."""
+        if len(text) < MEMO_MIN:
+            return self._encode(text)
+        with self._lock:
+            hit = self._memo.get(text)
+            if hit is not None:
+                self._memo.move_to_end(text)
+                return hit.tolist()
+        ids = self._encode(text)
+        if len(text) <= MEMO_CHARS // 4:
+            with self._lock:
+                if text not in self._memo:
+                    self._memo[text] = array("I", ids)
+                    self._memo_chars += len(text)
+                    while self._memo_chars > MEMO_CHARS:
+                        old, _ = self._memo.popitem(last=False)
+                        self._memo_chars -= len(old)
+        return ids
+
+    def known_length(self, text: str) -> int | None:
+        """How many tokens ``text`` encodes to, if its encoding is kept; else None."""
+        with self._lock:
+            hit = self._memo.get(text)
+        return None if hit is None else len(hit)
+
+    def _encode(self, text: str) -> list[int]:
         if not text:
             return []
         if self._added is None or self._added.search(text) is None:
