@@ -137,3 +137,19 @@ def test_replay_reports_an_unreachable_endpoint(server: BackgroundServer, reques
 def test_replay_rejects_bad_endpoint(requests_file: Path, capsys):
     assert main(["bench", "replay", "--endpoint", "nourl", "--requests", str(requests_file)]) == 2
     assert "NAME=URL" in capsys.readouterr().err
+
+
+def test_host_ttft_times_follow_ups_and_the_cached_repeat(server: BackgroundServer, requests_file: Path,
+                                                          capsys) -> None:
+    from bench.harness import host_ttft
+
+    assert host_ttft.main([server.url, "--requests", str(requests_file), "--rounds", "2",
+                           "--max-tokens", str(MAX_TOKENS), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert set(r["ttft_ms_MEASURED"]) == {"q1", "q0 cached"}
+    assert all(len(v) == 2 and min(v) > 0 for v in r["ttft_ms_MEASURED"].values())
+    assert r["q0_first_s"] > 0 and r["median_ms"]["q1"] > 0
+    one = requests_file.with_name("one.jsonl")
+    one.write_text(requests_file.read_text().splitlines()[0] + "\n")
+    assert host_ttft.main([server.url, "--requests", str(one)]) == 2  # no follow-up to time
+    assert "follow-up" in capsys.readouterr().err
