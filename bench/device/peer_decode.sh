@@ -260,7 +260,8 @@ def lane(on, check, split, per_token):  # the decode copy lane: on?, its load ch
     d += f", check gain {check.get('gain')}" if check else ""
     if split:
         d += (f", rates cpu/lane {split['cpu_ms']}/{split['lane_ms']} ms, probes {split['probes']}, layers 0/1/2 "
-              f"{split['layers_sending_0_1_2']}, unregistered {split['layers_not_registered']}")
+              f"{split['layers_sending_0_1_2']}, unregistered {split['layers_not_registered']}, all captured "
+              f"{split.get('layers_all_captured')}")
     return d
 def uniform(name):  # neural bench decode: median of the timed runs, hit rate median
     r = load(name)

@@ -75,6 +75,7 @@ class CopyLane:
         # per expert: set by worth_it(), then learned from every layer (lane_split.py)
         self.rates = SplitRates(cpu_fixed_ms=cpu_fixed_ms)
         self.not_ready = 0  # layers whose misses stayed on the CPU because their shards were not registered yet
+        self.all_kept = 0  # layers whose every miss was being captured for admission (the CPU writes those out)
         self.experts = 0  # sent down the lane since load
         self.uses = 0  # layers that used the lane
         self.timed = 0  # experts of the timed uses, over which copy_ms and kernel_ms are summed
@@ -211,6 +212,7 @@ class CopyLane:
         """(CPU experts, weights, lane experts, weights). ``keep``: experts the CPU must compute (captures)."""
         free = [i for i, e in enumerate(experts) if e not in keep]
         if not free:
+            self.all_kept += 1
             return experts, weights, [], []
         if not self.direct.ready(layer):
             self.not_ready += 1
@@ -226,6 +228,7 @@ class CopyLane:
     def report(self) -> dict[str, Any]:
         """What the lane did since load: the split's rates and choices, the GPU-timed work (bench reports)."""
         return {**self.rates.report(), "experts": self.experts, "layers_not_registered": self.not_ready,
+                "layers_all_captured": self.all_kept,
                 "uses": self.uses, "timed_experts": self.timed,
                 "gpu_copy_ms_per_expert": round(self.copy_ms / self.timed, 4) if self.timed else None,
                 "gpu_kernel_ms_per_expert": round(self.kernel_ms / self.timed, 4) if self.timed else None}

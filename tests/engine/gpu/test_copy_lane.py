@@ -143,6 +143,7 @@ def test_split_follows_the_rates_and_keeps_captures_on_the_cpu(tiny_ck: Checkpoi
     cpu_e, cpu_w, lane_e, lane_w = lane.split(0, e, w)
     assert (cpu_e, lane_e) == ([4], [9, 12]) and (cpu_w, lane_w) == ([0.5], [0.3, 0.2])
     assert lane.split(0, e, w, keep={9: 0, 12: 1})[2] == [4]  # captures stay with the CPU kernel
+    assert lane.split(0, e, w, keep={4: 0, 9: 1, 12: 2})[2] == [] and lane.all_kept == 1
     lane.rates.fix(0.3, 5.0)  # a slow lane: everything on the CPU
     assert lane.split(0, e, w)[2] == []
     lane.rates.fix(0.3, 0.3)
