@@ -20,6 +20,7 @@ a query block of a sliding layer only multiplies the keys its window can reach.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -146,9 +147,15 @@ def yarn_inv_freq(cfg: ModelConfig) -> tuple[list[float], float]:
     return inv.tolist(), 0.1 * math.log(rs.factor) + 1.0
 
 
-def rope_cos_sin(cfg: ModelConfig, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+@functools.lru_cache(maxsize=8)
+def _inv_freq(cfg: ModelConfig) -> tuple[torch.Tensor, float]:
+    """yarn_inv_freq as an fp32 tensor, once per config (it was ~0.2 ms of every CPU decode token)."""
     inv, conc = yarn_inv_freq(cfg)
-    inv_t = torch.tensor(inv, dtype=torch.float32)
+    return torch.tensor(inv, dtype=torch.float32), conc
+
+
+def rope_cos_sin(cfg: ModelConfig, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_t, conc = _inv_freq(cfg)
     ang = positions.float()[:, None] * inv_t[None, :]
     return (ang.cos() * conc).to(dtype), (ang.sin() * conc).to(dtype)
 
