@@ -89,8 +89,26 @@ def _describe_run(rep: dict[str, Any]) -> list[str]:
     ]
 
 
+def lane_line(rep: dict[str, Any]) -> str | None:
+    """The decode copy lane's line of the table: whether it ran, its load check, what its split did; None where the
+    backend has no lane check (the CPU engine, a GPU without direct copies)."""
+    dl = rep.get("decode_lane") or {}
+    check, split = dl.get("check") or {}, dl.get("split")
+    if not check and not dl.get("on"):
+        return None
+    line = f"copy lane {'on' if dl.get('on') else 'off'}"
+    if check:
+        line += (f": load check gain {check.get('gain')} (CPU {check.get('cpu_ms_alone')} ms an expert alone, "
+                 f"{check.get('cpu_ms_beside')} beside copies of {check.get('copy_ms')} ms)")
+    if split:
+        line += (f"; split rates CPU {split['cpu_ms']} / lane {split['lane_ms']} ms an expert, {split['experts']} "
+                 f"experts sent, layers sending 0/1/2+ {split['layers_sending_0_1_2']}, probes {split['probes']}")
+    return line
+
+
 def decode_table(rep: dict[str, Any]) -> str:
-    lines = ["neural bench decode", *_describe_run(rep), "",
+    lane = lane_line(rep)
+    lines = ["neural bench decode", *_describe_run(rep), *([lane] if lane else []), "",
              f"{'depth':>7} {'tokens':>6} {'tok/s median [min-max]':>26} {'ms/token':>10} {'TTFT s':>8} "
              f"{'VRAM hit':>9}  token-id sha256"]
     for r in rep["results"]:

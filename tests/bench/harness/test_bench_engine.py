@@ -199,3 +199,15 @@ def test_prompt_bench_reports_the_gpu_prompt_paths_split(tmp_path):
     assert "phases_ms" not in r and r["phases_source"] == SPLIT_SOURCE
     assert split["tokens"] == 24 and split["wall"] > 0 and "gpu_gemm" in split
     assert 0 < split["wall"] <= r["ttft_s"]["median"]
+
+
+def test_lane_line_says_whether_the_copy_lane_ran_and_why() -> None:
+    from bench.harness.report import lane_line
+
+    assert lane_line({"decode_lane": {"on": False, "check": {}, "split": None}}) is None  # the CPU engine: no check
+    off = lane_line({"decode_lane": {"on": False, "check": {"gain": 1.05, "cpu_ms_alone": 0.45, "cpu_ms_beside": 0.7,
+                                                            "copy_ms": 1.2}, "split": None}})
+    assert off is not None and off.startswith("copy lane off: load check gain 1.05")
+    split = {"cpu_ms": 0.35, "lane_ms": 0.33, "experts": 4608, "layers_sending_0_1_2": [10, 20, 2290], "probes": 1}
+    on = lane_line({"decode_lane": {"on": True, "check": {"gain": 1.86}, "split": split}})
+    assert on is not None and "copy lane on" in on and "4608 experts sent" in on and "[10, 20, 2290]" in on
