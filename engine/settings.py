@@ -46,6 +46,11 @@ class EngineSettings:
     # plain launch; time outside the CPU experts 0.01-0.49 ms per token lower in all six A B B A pairs (MEASURED,
     # docs/performance.md). After 3 steps in a row whose wait gives up, the process goes back to the plain launch.
     early_launch: bool = True
+    # how the early launch's wait polls the host's flag: 0 = every program of its kernel back to back (as measured in
+    # session 13); > 0 = one program, sleeping this many ns between polls. Beside back-to-back polls the copy lane's
+    # copies and kernels ran at half speed, so with the lane on, layers are launched early only when this is > 0
+    # (engine/gpu/copy_lane.py; not yet measured on a GPU)
+    early_poll_ns: int = 0
     # GPU decode: some of a layer's CPU misses copied from the page-locked checkpoint into scratch slots and computed
     # by the GPU beside the CPU (engine/gpu/copy_lane.py; Linux, with direct copies). "auto" = where a load-time
     # check finds the CPU kernel and the copies together 15% faster than the kernel alone (the H200 host: kernel
@@ -119,6 +124,8 @@ class EngineSettings:
             raise bad("prefill_weight", "must be between 0 and 1024")
         if not 16 <= self.prompt_block <= 16384:
             raise bad("prompt_block", "must be between 16 and 16384")
+        if not isinstance(self.early_poll_ns, int) or not 0 <= self.early_poll_ns <= 100_000:
+            raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
         for flag in ("gpu_prefill", "warm_prompt", "early_launch"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")

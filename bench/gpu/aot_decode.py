@@ -39,7 +39,11 @@ def decode_launches(cfg: ModelConfig, t: Tiles) -> list[tuple[str, str, str, dic
         ("combine_wait", "dense", "combine_wait_kernel",
          {"resid_ptr": P_BF16, "gpu_moe_ptr": P_F32, "cpu_moe_ptr": P_F32, "done_ptr": P_I32, "ctrl_ptr": P_I32,
           "late_ptr": P_I32},
-         {"H": h, "BLOCK": t.combine_block, "MAX_POLLS": 1 << 19}, 4),
+         {"H": h, "BLOCK": t.combine_block, "MAX_POLLS": 1 << 19, "ONE": False, "NAP_NS": 0}, 4),
+        ("combine_wait_nap", "dense", "combine_wait_kernel",  # early_poll_ns > 0: one program, nanosleep
+         {"resid_ptr": P_BF16, "gpu_moe_ptr": P_F32, "cpu_moe_ptr": P_F32, "done_ptr": P_I32, "ctrl_ptr": P_I32,
+          "late_ptr": P_I32},
+         {"H": h, "BLOCK": t.combine_block, "MAX_POLLS": 1 << 18, "ONE": True, "NAP_NS": 1000}, 4),
         ("qkv_rope", "dense", "qkv_rope_kernel",
          {"x_ptr": P_BF16, "gain_ptr": P_BF16, "w_ptr": P_BF16, "b_ptr": P_BF16, "cos_ptr": P_F32, "sin_ptr": P_F32,
           "ctrl_ptr": P_I32, "q_ptr": P_BF16, "k_cache_ptr": P_BF16, "v_cache_ptr": P_BF16, "eps": "fp32"},

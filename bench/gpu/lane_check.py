@@ -1,5 +1,6 @@
 """The decode copy lane (engine/gpu/copy_lane.py) on the GPU machine: same function, and what it does to a step.
-``python3 -m bench.gpu.lane_check CKPT [TOKENS]``.
+``python3 -m bench.gpu.lane_check CKPT [TOKENS] [KEY=VALUE ...]`` (engine settings over the ones below, e.g.
+``early_poll_ns=1000``: then "forced" runs the lane beside early launches that poll gently).
 
 Loads the GPU backend once (12 GiB, 8 threads, frozen residency, early launch, decode_lane "on" so the lane exists
 whatever the load-time check says; its verdict is printed), then decodes the same random token ids from position 0
@@ -16,6 +17,7 @@ routing depends on rounding (the uniform synthetic: random routers).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from app.cli.cmd_bench import engine_settings
 from engine.checkpoint import Checkpoint
 from engine.gpu.backend import GpuBackend
 from engine.settings import EngineSettings
@@ -35,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     ck = Checkpoint.open(Path(args[0]))
     n = min(int(args[1]) if len(args) > 1 else 32, 63)
-    s = EngineSettings(backend="gpu", vram_budget_gib=12.0, cpu_threads=8, refresh_every=0, early_launch=True,
-                       decode_lane="on")
+    d = EngineSettings()
+    s = engine_settings(argparse.Namespace(backend="gpu", dtype=d.dtype, threads=8, context=d.context, budget_gib=12.0,
+                                           set=["refresh_every=0", "early_launch=true", "decode_lane=on", *args[2:]]))
     be = GpuBackend.create(ck, s, interpret=False, hot_set_file=None, use_graphs=True)
     lane = be.decoder.lane
     out: dict[str, Any] = {"lane": lane is not None, "check_at_load": be.lane_check, "tokens": n, "runs": []}

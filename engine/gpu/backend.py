@@ -118,8 +118,10 @@ class GpuBackend:
         if use_graphs and self.core.cuda:
             if progress is not None:
                 progress("Compiling and capturing GPU graphs", 0.95)
+            self.core.kern.set_poll(settings.early_poll_ns, self.core.cuda)
             self.core.capture_graphs(early=settings.early_launch)
             self.decoder.early_launch = settings.early_launch
+            self.decoder.lane_early = settings.early_poll_ns > 0
             self.load_phases.update(self.core.capture_s)
         if settings.decode_lane != "off":
             self._start_lane()

@@ -129,6 +129,7 @@ class Decoder:
         self.late_limit = 3
         self._late_run = 0
         self.lane: CopyLane | None = None  # some misses copied to the GPU and computed there (copy_lane.py)
+        self.lane_early = False  # early launches beside the lane: only with the gentle poll (early_poll_ns > 0)
 
     def _after_layer(self, layer: int, ids: list[int], caps: dict[int, int], prompt_weight: float) -> None:
         """A computed layer's bookkeeping: copies started for its captured experts, its routing scored."""
@@ -171,9 +172,9 @@ class Decoder:
         kinds = self._kinds
         done: tuple[int, list[int], dict[int, int]] | None = None  # the last layer's bookkeeping, deferred
         lane = self.lane
-        # the copy lane runs beside plain launches only: an early-launched kernel polling the host's flag halved
-        # the lane's copy rate (copy_lane.py)
-        early = self.early_launch and c.can_early and lane is None
+        # the copy lane runs beside plain launches unless the early launch's wait polls gently: back-to-back polls
+        # from every program of the waiting kernel halved the lane's copy rate (copy_lane.py)
+        early = self.early_launch and c.can_early and (lane is None or self.lane_early)
         try:
             for layer in range(n):
                 tl0 = time.perf_counter()

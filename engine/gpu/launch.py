@@ -78,6 +78,16 @@ class Kernels:
         self.lm_parts = cdiv(cfg.vocab_size, tiles.lm_rows)
         # the early launch's bound on a wait: ~0.5-1 s of PCIe polls, under Windows' 2 s GPU timeout
         self.wait_polls = 1 << 19
+        self.poll_one = False  # one program polls the flag (set_poll)
+        self.poll_nap_ns = 0
+
+    def set_poll(self, nap_ns: int, cuda: bool) -> None:
+        """How the early launch's wait polls (``EngineSettings.early_poll_ns``): 0 = every program of the waiting
+        combine, back to back; > 0 = one program, sleeping ``nap_ns`` between polls (not under the interpreter,
+        which runs no PTX), with the poll bound cut so the wait still gives up within about the same time."""
+        self.poll_one = nap_ns > 0
+        self.poll_nap_ns = nap_ns if cuda else 0
+        self.wait_polls = max(1024, int((1 << 19) / (1.0 + self.poll_nap_ns / 1000.0)))  # a poll ~1 us of PCIe
 
     # ---- per token -----------------------------------------------------------------------
     def start(self, ctrl_host: Any, ctrl_dev: torch.Tensor, embed_host: Any, resid: torch.Tensor) -> None:
@@ -95,8 +105,9 @@ class Kernels:
         if done is None:
             dense.combine_kernel[(cdiv(h, b),)](resid, gpu_moe, cpu_moe, H=h, BLOCK=b)
         else:
-            dense.combine_wait_kernel[(cdiv(h, b),)](resid, gpu_moe, cpu_moe, done, ctrl, late, H=h, BLOCK=b,
-                                                     MAX_POLLS=self.wait_polls)
+            dense.combine_wait_kernel[(1 if self.poll_one else cdiv(h, b),)](
+                resid, gpu_moe, cpu_moe, done, ctrl, late, H=h, BLOCK=b, MAX_POLLS=self.wait_polls,
+                ONE=self.poll_one, NAP_NS=self.poll_nap_ns)
 
     # ---- attention block -----------------------------------------------------------------
     def qkv_rope(self, resid: torch.Tensor, gain: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor,

@@ -39,8 +39,8 @@ def start_kernel(ctrl_host_ptr, ctrl_dev_ptr, embed_host_ptr, resid_ptr, H: tl.c
 
 
 @triton.jit
-def _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, start, H: tl.constexpr, BLOCK: tl.constexpr):
+    offs = start + tl.arange(0, BLOCK)
     m = offs < H
     x = tl.load(resid_ptr + offs, mask=m, other=0.0).to(tl.float32)
     moe = tl.load(gpu_moe_ptr + offs, mask=m, other=0.0) + tl.load(cpu_moe_ptr + offs, mask=m, other=0.0)
@@ -52,30 +52,49 @@ def combine_kernel(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H: tl.constexpr, BLOCK: 
     """x = bf16(x + bf16(gpu experts + cpu experts)): the previous layer's MoE residual add.
 
     ``cpu_moe_ptr`` points at pinned host memory (read zero-copy, once per element)."""
-    _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H, BLOCK)
+    _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, tl.program_id(0) * BLOCK, H, BLOCK)
+
+
+@triton.jit
+def _nap(ns: tl.constexpr):
+    """Sleep about ``ns`` nanoseconds (PTX nanosleep, sm_70+): fewer PCIe reads while a flag is polled."""
+    tl.inline_asm_elementwise("nanosleep.u32 $1;\n\tmov.u32 $0, 0;", "=r,r", [tl.full((1,), ns, tl.int32)],
+                              dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
 def combine_wait_kernel(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, done_ptr, ctrl_ptr, late_ptr, H: tl.constexpr,
-                        BLOCK: tl.constexpr, MAX_POLLS: tl.constexpr):
+                        BLOCK: tl.constexpr, MAX_POLLS: tl.constexpr, ONE: tl.constexpr = False,
+                        NAP_NS: tl.constexpr = 0):
     """``combine_kernel`` launched before the host has the CPU experts' result: it waits until
     the host's flag ``done_ptr`` (pinned) holds this step, then combines. The wait is an acquire
     at system scope (the host writes the result, then the flag) followed by a CTA barrier, so no
     thread's loads of the result move before it; the polls before it are plain volatile loads
     (one PCIe read each). The wait is bounded (a kernel that runs for seconds is reset by the
     driver on Windows): after MAX_POLLS polls it writes the step to ``late_ptr`` (pinned) and goes
-    on, and the host decodes that token again the plain way."""
+    on, and the host decodes that token again the plain way.
+
+    ``ONE``: a single program polls and combines all of H, and ``NAP_NS`` > 0 sleeps that long
+    between its polls (``EngineSettings.early_poll_ns``): far fewer reads over PCIe while the copy
+    lane's copies and kernels use it (beside back-to-back polls from every program they ran at
+    half speed, engine/gpu/copy_lane.py). The combine's arithmetic is the same either way."""
     step = tl.load(ctrl_ptr + 1)
     seen = tl.load(done_ptr, volatile=True)
     polls = 0
     while (seen != step) & (polls < MAX_POLLS):
+        if NAP_NS > 0:
+            _nap(NAP_NS)
         seen = tl.load(done_ptr, volatile=True)
         polls += 1
     if seen != step:
         tl.store(late_ptr, step)
     tl.atomic_add(done_ptr, 0, sem="acquire", scope="sys")  # one thread's acquire load ...
     tl.debug_barrier()  # ... ordered before every thread's loads below
-    _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, H, BLOCK)
+    if ONE:
+        for i in tl.static_range(0, (H + BLOCK - 1) // BLOCK):
+            _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, i * BLOCK, H, BLOCK)
+    else:
+        _combine(resid_ptr, gpu_moe_ptr, cpu_moe_ptr, tl.program_id(0) * BLOCK, H, BLOCK)
 
 
 @triton.jit

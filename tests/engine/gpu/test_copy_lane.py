@@ -169,3 +169,10 @@ def test_the_load_check_keeps_the_lane_where_the_lanes_add_up() -> None:
     assert g == pytest.approx(1.808, abs=1e-3) and g >= PAYS
     # a PC whose kernel alone fills DRAM: the copies slow it by as much as they add (the design doc's -11%)
     assert lane_gain(0.45, 0.70, 1.20) < PAYS
+
+
+def test_early_poll_setting_is_checked() -> None:
+    assert EngineSettings(early_poll_ns=500).early_poll_ns == 500
+    for bad in (-1, 100_001, 2.5):
+        with pytest.raises(SettingsError, match="early_poll_ns"):
+            EngineSettings(early_poll_ns=bad)  # type: ignore[arg-type]

@@ -302,6 +302,29 @@ def test_the_waiting_combine_waits_for_the_hosts_flag_then_gives_the_same_bits()
     assert late[0] == 41
 
 
+def test_the_gentle_wait_is_one_program_over_every_block_with_the_same_bits() -> None:
+    """early_poll_ns > 0: one program polls (sleeping between polls on a GPU; the interpreter runs no PTX, so
+    no nap here) and combines all of H block by block: the same bits as combine_kernel over several programs."""
+    g = torch.Generator().manual_seed(8)
+    h = CFG.hidden_size
+    kn = Kernels(CFG, replace(make_kernels().t, combine_block=h // 4), ExpertLayout.for_config(CFG))
+    kn.set_poll(500, cuda=False)
+    assert kn.poll_one and kn.poll_nap_ns == 0 and kn.wait_polls == 1 << 19
+    x0 = bf(h, gen=g)
+    gm, cm = torch.randn(h, generator=g), torch.randn(h, generator=g)
+    want = x0.clone()
+    kn.combine(want, gm, cm)  # 4 programs of h / 4
+    x = x0.clone()
+    late = torch.zeros(1, dtype=torch.int32)
+    kn.combine(x, gm, cm, torch.full((1,), 5, dtype=torch.int32), ctrl_block(0, step=5), late)
+    assert torch.equal(x, want) and late[0] == 0 and not torch.equal(x, x0)
+    # on a GPU the nap lengthens each poll: the bound shrinks so a wait still gives up in about the same time
+    kn.set_poll(1000, cuda=True)
+    assert (kn.poll_one, kn.poll_nap_ns, kn.wait_polls) == (True, 1000, 1 << 18)
+    kn.set_poll(0, cuda=True)
+    assert (kn.poll_one, kn.poll_nap_ns, kn.wait_polls) == (False, 0, 1 << 19)
+
+
 def test_lm_head_greedy_and_gumbel() -> None:
     g = torch.Generator().manual_seed(6)
     c = CFG
