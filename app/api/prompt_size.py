@@ -63,12 +63,13 @@ def chunks(text: str) -> list[str]:
     return out
 
 
-def batch_count(tok: Tokenizer, texts: list[str]) -> int:
-    """Texts whose encoding the renderer kept (an earlier request's messages) count exactly; the rest in chunks."""
-    enc = OrdinaryEncoder.for_tokenizer(tok)
+def batch_count(tok: Tokenizer, texts: list[str], rendered: bool = False) -> int:
+    """Tokens of ``texts`` counted in chunks. ``rendered``: the texts are a conversation's, which the renderer
+    encodes as ordinary text, so those it kept (an earlier request's messages) count exactly from there."""
+    enc = OrdinaryEncoder.for_tokenizer(tok) if rendered else None
     n, rest = 0, []
     for t in texts:
-        known = enc.known_length(t)
+        known = enc.known_length(t) if enc is not None else None
         if known is None:
             rest.append(t)
         else:
@@ -86,4 +87,5 @@ def estimate_conversation(conv: Conversation, tok: Tokenizer, exact: Callable[[]
     texts = conversation_texts(conv)
     if sum(len(t) for t in texts) < EXACT_CHARS:
         return exact()
-    return batch_count(tok, texts) + FRAME_TOKENS_FIXED + FRAME_TOKENS_PER_MESSAGE * (len(conv.messages) + 1)
+    frame = FRAME_TOKENS_FIXED + FRAME_TOKENS_PER_MESSAGE * (len(conv.messages) + 1)
+    return batch_count(tok, texts, rendered=True) + frame

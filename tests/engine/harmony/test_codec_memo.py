@@ -69,5 +69,8 @@ def test_the_size_check_counts_kept_texts_exactly(tok: Tokenizer) -> None:
     seen, new = text(4, 2000), text(5, 2000)
     n_seen = len(OrdinaryEncoder.for_tokenizer(tok).encode(seen))  # rendered by an earlier request
     chunked = sum(len(e.ids) for e in tok.encode_batch(prompt_size.chunks(new), add_special_tokens=False))
-    assert prompt_size.batch_count(tok, [seen, new]) == n_seen + chunked
-    assert prompt_size.batch_count(tok, [seen]) == n_seen
+    assert prompt_size.batch_count(tok, [seen, new], rendered=True) == n_seen + chunked
+    assert prompt_size.batch_count(tok, [seen], rendered=True) == n_seen
+    # a raw completion prompt is encoded with its special-token strings parsed: never the ordinary count
+    raw = sum(len(e.ids) for e in tok.encode_batch(prompt_size.chunks(seen), add_special_tokens=False))
+    assert raw != n_seen and prompt_size.batch_count(tok, [seen]) == raw
