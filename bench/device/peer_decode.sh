@@ -253,16 +253,12 @@ def load(name):
         return json.loads((out / f"{name}.json").read_text())
     except (OSError, ValueError):
         return None
-def lane(on, check, split, per_token):  # the decode copy lane: on?, its load check, its split over the run
-    if not on:
-        return f"; lane off (check {check or 'none'})"
-    d = f"; lane {per_token:.1f} experts/token" if per_token is not None else "; lane on"
-    d += f", check gain {check.get('gain')}" if check else ""
-    if split:
-        d += (f", rates cpu/lane {split['cpu_ms']}/{split['lane_ms']} ms, probes {split['probes']}, layers 0/1/2 "
-              f"{split['layers_sending_0_1_2']}, unregistered {split['layers_not_registered']}, all captured "
-              f"{split.get('layers_all_captured')}")
-    return d
+def lane(on, check, split, per_token):  # the decode copy lane's line of `neural bench decode`'s table
+    from bench.harness.report import lane_line
+    line = lane_line({"decode_lane": {"on": on, "check": check, "split": split}})
+    if line is None:
+        return "; copy lane off (no load check)"
+    return "; " + line + (f"; {per_token:.1f} lane experts/token" if per_token is not None else "")
 def uniform(name):  # neural bench decode: median of the timed runs, hit rate median
     r = load(name)
     try:
@@ -312,7 +308,7 @@ print(f"decode, {layers} layers, backend {backend}; Neural pool_gib {pool}; llam
          f"{env('CAL_DEPTH')}-token prompt and {env('CAL_WARMUP')} untimed)" if "calibrated" in routings else "") + "\n")
 print("| run | tok/s | VRAM hit rate | detail |\n|---|---:|---:|---|")
 for name, ts, hit, detail in rows:
-    print(f"| {name} | {'-' if ts is None else f'{ts:.2f}'} | {'-' if hit is None else f'{hit:.3f}'} | {detail[:420]} |")
+    print(f"| {name} | {'-' if ts is None else f'{ts:.2f}'} | {'-' if hit is None else f'{hit:.3f}'} | {detail[:700]} |")
 def group(prefix):
     return [(ts, hit) for name, ts, hit, _ in rows if name.startswith(prefix) and ts]
 m = [ts for ts, _ in group("llama")]

@@ -102,7 +102,8 @@ def lane_line(rep: dict[str, Any]) -> str | None:
                  f"{check.get('cpu_ms_beside')} beside copies of {check.get('copy_ms')} ms)")
     if split:
         line += (f"; split rates CPU {split['cpu_ms']} / lane {split['lane_ms']} ms an expert, {split['experts']} "
-                 f"experts sent, layers sending 0/1/2+ {split['layers_sending_0_1_2']}, probes {split['probes']}")
+                 f"experts sent, layers sending 0/1/2+ {split['layers_sending_0_1_2']}, probes {split['probes']}, "
+                 f"layers unregistered {split['layers_not_registered']}, all captured {split['layers_all_captured']}")
     return line
 
 

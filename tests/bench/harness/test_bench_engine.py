@@ -208,6 +208,8 @@ def test_lane_line_says_whether_the_copy_lane_ran_and_why() -> None:
     off = lane_line({"decode_lane": {"on": False, "check": {"gain": 1.05, "cpu_ms_alone": 0.45, "cpu_ms_beside": 0.7,
                                                             "copy_ms": 1.2}, "split": None}})
     assert off is not None and off.startswith("copy lane off: load check gain 1.05")
-    split = {"cpu_ms": 0.35, "lane_ms": 0.33, "experts": 4608, "layers_sending_0_1_2": [10, 20, 2290], "probes": 1}
+    split = {"cpu_ms": 0.35, "lane_ms": 0.33, "experts": 4608, "layers_sending_0_1_2": [10, 20, 2290], "probes": 1,
+             "layers_not_registered": 0, "layers_all_captured": 3}
     on = lane_line({"decode_lane": {"on": True, "check": {"gain": 1.86}, "split": split}})
     assert on is not None and "copy lane on" in on and "4608 experts sent" in on and "[10, 20, 2290]" in on
+    assert "all captured 3" in on
