@@ -2,11 +2,11 @@
 runs, and the choice. Pure Python, so the decision is tested on recorded rates without a GPU.
 
 The CPU's rate comes from every layer it computes (an EMA). The lane's comes only from the layers that use it, so
-one bad sample must not switch it off for good: a copy queued behind other host-to-device traffic timed 10-100x its
-usual 0.3 ms, and with a running mean that one sample lifted the rate above anything the split would ever choose,
-after which no sample came to lower it. The lane's rate is therefore the median of its recent samples, and a layer
-that keeps every miss on the CPU for a while sends one down the lane as a probe, less often while probes keep saying
-the lane is slow.
+one bad sample must not switch it off for good. With a running mean it could: a copy queued behind other
+host-to-device traffic (say ten times its usual 0.3 ms) would lift the rate above anything the split chooses, and no
+later sample would come to lower it. (Session 16's uniform decode never used the lane; whether this was why is not
+known.) The lane's rate is therefore the median of its recent samples, and a layer that keeps every miss on the CPU
+for a while sends one down the lane as a probe, less often while probes keep saying the lane is slow.
 """
 
 from __future__ import annotations
