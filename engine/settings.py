@@ -124,7 +124,7 @@ class EngineSettings:
             raise bad("prefill_weight", "must be between 0 and 1024")
         if not 16 <= self.prompt_block <= 16384:
             raise bad("prompt_block", "must be between 16 and 16384")
-        if not isinstance(self.early_poll_ns, int) or not 0 <= self.early_poll_ns <= 100_000:
+        if type(self.early_poll_ns) is not int or not 0 <= self.early_poll_ns <= 100_000:
             raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
         for flag in ("gpu_prefill", "warm_prompt", "early_launch"):
             if not isinstance(getattr(self, flag), bool):

@@ -173,6 +173,6 @@ def test_the_load_check_keeps_the_lane_where_the_lanes_add_up() -> None:
 
 def test_early_poll_setting_is_checked() -> None:
     assert EngineSettings(early_poll_ns=500).early_poll_ns == 500
-    for bad in (-1, 100_001, 2.5):
+    for bad in (-1, 100_001, 2.5, True):
         with pytest.raises(SettingsError, match="early_poll_ns"):
             EngineSettings(early_poll_ns=bad)  # type: ignore[arg-type]
