@@ -89,8 +89,11 @@ class RunWindow:
         if d["tokens"] <= 0:  # e.g. a prompt path the decode counters do not cover
             return None, {}, "backend counters did not move during the run"
         hit = d["hits"] / d["routed"] if d["routed"] > 0 else None
-        phases = {k: 1e3 * v / d["tokens"] for k, v in d.items() if k not in _COUNT_FIELDS}
-        return hit, phases, "backend counters: ms per token over the timed run"
+        # float counters are seconds (ms per token); integer ones count things (per token, e.g. lane_experts)
+        stats = self.engine.backend.decoder.stats  # type: ignore[attr-defined]
+        phases = {k: (1.0 if isinstance(getattr(stats, k, 0.0), int) else 1e3) * v / d["tokens"]
+                  for k, v in d.items() if k not in _COUNT_FIELDS}
+        return hit, phases, "backend counters: ms per token over the timed run (counts per token)"
 
 
 def max_position(engine: Engine) -> int:

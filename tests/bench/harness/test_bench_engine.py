@@ -146,6 +146,7 @@ class FakeStats:
     routed: int = 40
     wall: float = 1.0
     cpu: float = 0.5
+    lane_experts: int = 100
     last_hit_rate: float = 0.3
 
 
@@ -158,10 +159,11 @@ def fake_engine(stats: FakeStats | None) -> SimpleNamespace:
 def test_run_window_uses_counter_differences_not_running_averages():
     st = FakeStats()
     w = RunWindow(fake_engine(st))  # type: ignore[arg-type]
-    st.tokens, st.hits, st.routed, st.wall, st.cpu = 14, 32, 56, 1.2, 0.6
+    st.tokens, st.hits, st.routed, st.wall, st.cpu, st.lane_experts = 14, 32, 56, 1.2, 0.6, 244
     hit, phases, source = w.result()
     assert hit == pytest.approx(2 / 16)  # not the running 32/56
-    assert phases == pytest.approx({"wall": 50.0, "cpu": 25.0})  # 0.2 s and 0.1 s over 4 tokens
+    # 0.2 s and 0.1 s over 4 tokens; the lane's expert count per token, not in "ms" (session 18 printed 33,643)
+    assert phases == pytest.approx({"wall": 50.0, "cpu": 25.0, "lane_experts": 36.0})
     assert "counters" in source
 
 
