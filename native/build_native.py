@@ -31,6 +31,7 @@ typedef struct neural_expert {
     const uint8_t *exc;
     uint32_t n_exc;
     uint8_t *capture;
+    int32_t units;
 } neural_expert;
 
 int neural_cpu_features(void);

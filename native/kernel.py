@@ -142,6 +142,18 @@ class NativeKernel:
             keep.append(owner)
         return ExpertRef(d, keep)
 
+    def head(self, ref: ExpertRef, units: int) -> ExpertRef:
+        """A descriptor of ``ref``'s expert limited to gate_up units [0, units) (a multiple of 32; the down bias in
+        full), for the one-token call: the copy lane computes the other units on the GPU. Copies the descriptor."""
+        if units <= 0 or units % 32:
+            raise ValueError(f"units must be a positive multiple of 32, got {units}")
+        if ref.cdata.capture != self.ffi.NULL:
+            raise ValueError("a descriptor with a capture buffer cannot be limited to some units")
+        d = self.ffi.new("neural_expert *")
+        d[0] = ref.cdata[0]
+        d.units = units
+        return ExpertRef(d, [d, ref])
+
     # ---- calls ------------------------------------------------------------------------------
     def _f32(self, a: np.ndarray, shape: tuple[int, ...], what: str, writable: bool = False) -> Any:
         if a.dtype != np.float32 or a.shape != shape or not a.flags.c_contiguous:

@@ -442,6 +442,14 @@ static int expert_ok(const neural_expert *ex) {
     return 1;
 }
 
+/* gate_up units the one-token call computes for ex (neural_expert.units); 0 where the value is invalid */
+static long expert_units(const neural_shape *s, const neural_expert *ex) {
+    long u = ex->units;
+    if (u == 0) return s->intermediate;
+    if (u < 0 || u > s->intermediate || u % 32 || ex->capture) return 0;
+    return u;
+}
+
 /* ---- scale rows (raw pointer, or packed row decoded into buf) ---- */
 static const uint8_t *exception_row(const neural_shape *s, const neural_expert *ex, int mat, long row, int G,
                                     uint8_t *buf, volatile long *err) {
@@ -566,8 +574,9 @@ static void capture_rest(const neural_shape *s, const neural_expert *ex) {
     if (eb) memcpy(ex->capture + s->record_offset[NEURAL_PART_EXC], ex->exc, (size_t)eb);
 }
 
-/* dst[r - r0] = dot(row r of matrix mat, z) + bias[r] for r in [r0, r1) */
-static void matrix_rows(const neural_shape *s, const neural_expert *ex, const neural_kernels *kf, int mat,
+/* dst[r - r0] = dot(row r of matrix mat, z) + bias[r] for r in [r0, r1); the dot over the row's first gn blocks
+   (all of them but for down with neural_expert.units, whose rows keep their full stride) */
+static void matrix_rows(const neural_shape *s, const neural_expert *ex, const neural_kernels *kf, int mat, int gn,
                         const float *z, const uint16_t *zb, long r0, long r1, float *dst, volatile long *err) {
     int G = mat ? s->intermediate / 32 : s->hidden / 32;
     const uint8_t *codes = ex->part[mat ? NEURAL_PART_DN_CODES : NEURAL_PART_GU_CODES];
@@ -582,7 +591,7 @@ static void matrix_rows(const neural_shape *s, const neural_expert *ex, const ne
             cp[i] = codes + (size_t)rr * (size_t)G * 16;
             sp[i] = i < n ? row_scales(s, ex, mat, rr, G, sbuf[i], err) : sp[n - 1];
         }
-        kf->dot4(cp, sp, z, zb, G, o);
+        kf->dot4(cp, sp, z, zb, gn, o);
         for (int i = 0; i < n; i++) dst[r - r0 + i] = o[i] + bf16_at(bias, r + i);
     }
     if (ex->capture) capture_rows(s, ex, mat, r0, r1);
@@ -603,11 +612,13 @@ static size_t units_bound(int k, long gu_rows, long dn_rows) {
     return (size_t)k * (size_t)((gu_rows + dn_rows) / CH_MIN + 2);
 }
 
-static long plan_units(moe_unit *u, int k, long gu_rows, long dn_rows, int threads) {
-    long n = 0, ch = chunk_rows(gu_rows * k, threads);
+static long plan_units(moe_unit *u, int k, const long *gu_rows, long dn_rows, int threads) {
+    long n = 0, all = 0;
+    for (int e = 0; e < k; e++) all += gu_rows[e];
+    long ch = chunk_rows(all, threads);
     for (int e = 0; e < k; e++)
-        for (long r = 0; r < gu_rows; r += ch) {
-            moe_unit v = {e, 0, r, r + ch < gu_rows ? r + ch : gu_rows};
+        for (long r = 0; r < gu_rows[e]; r += ch) {
+            moe_unit v = {e, 0, r, r + ch < gu_rows[e] ? r + ch : gu_rows[e]};
             u[n++] = v;
         }
     long chd = chunk_rows(dn_rows * k, threads), left = dn_rows * k;
@@ -637,6 +648,7 @@ typedef struct {
     long nunits;
     volatile long next;
     volatile long done[NEURAL_MAX_K]; /* gate_up rows finished per expert */
+    long gu_rows[NEURAL_MAX_K];       /* gate_up rows per expert: 2 x its units */
     volatile long err;
 } moe_job;
 
@@ -660,16 +672,16 @@ static void moe_work(void *ctx, int tid) {
         float *act = j->act + (size_t)u->e * (size_t)I;
         uint16_t *actb = j->actb + (size_t)u->e * (size_t)I;
         if (u->mat == 0) {
-            matrix_rows(s, j->ex[u->e], j->kf, 0, j->zx, j->zb, u->r0, u->r1, h, &j->err);
+            matrix_rows(s, j->ex[u->e], j->kf, 0, (int)(H / 32), j->zx, j->zb, u->r0, u->r1, h, &j->err);
             long np = (u->r1 - u->r0) / 2, q0 = u->r0 / 2;
             swiglu_pairs(j->kf, h, np, s->swiglu_limit, s->swiglu_alpha, a);
             for (long q = 0; q < np; q++)
                 act[neural_perm_index((int)(q0 + q))] = input_value(s->bf16_inputs, a[q], &actb[q0 + q]);
             a_add(&j->done[u->e], u->r1 - u->r0); /* release: the activations above are visible */
         } else {
-            wait_rows(&j->done[u->e], 2 * I);
-            matrix_rows(s, j->ex[u->e], j->kf, 1, act, actb, u->r0, u->r1, j->y + (size_t)u->e * (size_t)H + u->r0,
-                        &j->err);
+            wait_rows(&j->done[u->e], j->gu_rows[u->e]);
+            matrix_rows(s, j->ex[u->e], j->kf, 1, (int)(j->gu_rows[u->e] / 64), act, actb, u->r0, u->r1,
+                        j->y + (size_t)u->e * (size_t)H + u->r0, &j->err);
         }
     }
     stream_fence();
@@ -695,7 +707,8 @@ static int moe_token_locked(const neural_shape *s, const neural_expert *const *e
     j->s = s, j->ex = experts, j->k = k, j->zx = buf, j->act = buf + H, j->kf = kernels_for(s);
     j->zb = bits, j->actb = bits + H, j->y = buf + yo;
     j->units = (moe_unit *)(buf + uo);
-    j->nunits = plan_units((moe_unit *)(buf + uo), k, 2L * I, H, neural_team_size());
+    for (int e = 0; e < k; e++) j->gu_rows[e] = 2 * expert_units(s, experts[e]);
+    j->nunits = plan_units((moe_unit *)(buf + uo), k, j->gu_rows, H, neural_team_size());
     neural_team_run(moe_work, j);
     for (int r = 0; r < H; r++) {
         float acc = weights[0] * j->y[r];
@@ -709,7 +722,7 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
                      const float *x, float *out) {
     if (!shape_ok(s) || !experts || !weights || !x || !out || k < 1 || k > NEURAL_MAX_K) return NEURAL_EINVAL;
     for (int e = 0; e < k; e++)
-        if (!expert_ok(experts[e])) return NEURAL_EINVAL;
+        if (!expert_ok(experts[e]) || !expert_units(s, experts[e])) return NEURAL_EINVAL;
     nm_lock(&api_lock);
     ensure_init();
     int rc = moe_token_locked(s, experts, weights, k, x, out);
@@ -933,7 +946,8 @@ static int expert_tokens_locked(const neural_shape *s, const neural_expert *expe
 
 int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
                          const float *weights, float *out) {
-    if (!shape_ok(s) || !expert_ok(expert) || !x || !weights || !out || ntok < 1 || ntok > NEURAL_MAX_TOKENS)
+    if (!shape_ok(s) || !expert_ok(expert) || expert->units || !x || !weights || !out || ntok < 1 ||
+        ntok > NEURAL_MAX_TOKENS)
         return NEURAL_EINVAL;
     nm_lock(&api_lock);
     ensure_init();
@@ -949,7 +963,7 @@ int neural_expert_groups(const neural_shape *s, const neural_expert *const *expe
                          int ngroups, const float *x, const float *weights, float *out) {
     if (!shape_ok(s) || !experts || !counts || !x || !weights || !out || ngroups < 0) return NEURAL_EINVAL;
     for (int g = 0; g < ngroups; g++)
-        if (!expert_ok(experts[g]) || counts[g] < 0) return NEURAL_EINVAL;
+        if (!expert_ok(experts[g]) || experts[g]->units || counts[g] < 0) return NEURAL_EINVAL;
     nm_lock(&api_lock);
     ensure_init();
     int rc = NEURAL_OK;

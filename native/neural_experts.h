@@ -127,6 +127,10 @@ typedef struct neural_expert {
     const uint8_t *exc;      /* exception area or NULL */
     uint32_t n_exc;
     uint8_t *capture;        /* NULL, or receives the record bytes while they are read */
+    int32_t units;           /* 0: the whole expert. Else (one-token call only, no capture): only gate_up units
+                                [0, units) (a multiple of 32), the down dot over their blocks, the down bias
+                                added in full; the copy lane computes the other units on the GPU. Each output is
+                                then the full expert's arithmetic with the units past `units` left out. */
 } neural_expert;
 
 int neural_cpu_features(void);

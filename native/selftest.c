@@ -103,6 +103,7 @@ static void set_parts(neural_expert *ex, const uint8_t *rec, const neural_shape 
     ex->exc = n_exc ? rec + s->record_offset[6] : NULL;
     ex->n_exc = n_exc;
     ex->capture = cap;
+    ex->units = 0;
 }
 
 static uint64_t fnv(const void *p, size_t n, uint64_t h) {

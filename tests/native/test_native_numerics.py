@@ -241,3 +241,66 @@ def test_swiglu_paths_match_reference_bit_for_bit(kernel: NativeKernel, isa: str
     got = kernel.swiglu(h, LIMIT, ALPHA)
     assert R.bits_equal(got, R.swiglu32(h[0::2], h[1::2], LIMIT, ALPHA))
     assert np.isnan(got).any()  # g = -inf or NaN; the clamps keep every other output finite
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", ["raw", "packed"])
+def test_an_experts_head_units_equal_the_expert_with_its_tail_zeroed(kernel: NativeKernel, isa: str, fmt: str,
+                                                                     mode: str) -> None:
+    """neural_expert.units (the copy lane's split of one expert): the CPU computes gate_up units [0, f), the down dot
+    over their blocks and the down bias. That is bit for bit the whole expert with the units past f zeroed (codes and
+    gate_up bias 0 give an activation of exactly 0, whose products add +-0), beside whole experts in one call."""
+    isa_or_skip(kernel, isa)
+    bf16 = MODES[mode]
+    hidden, inter = 96, 160
+    rng = np.random.default_rng(11)
+    for f in (32, 96, 128):
+        parts = [R.random_expert(rng, hidden, inter) for _ in range(3)]
+        zeroed = [dict(p) for p in parts]
+        z = zeroed[1]
+        z["gu_codes"], z["gu_bias"] = z["gu_codes"].copy(), z["gu_bias"].copy()
+        z["gu_codes"][2 * f:] = 0
+        z["gu_bias"][2 * f:] = 0
+        ex = make_experts(kernel, parts, fmt, bf16=bf16)
+        ref = make_experts(kernel, zeroed, fmt, bf16=bf16)
+        refs = [ex.refs[0], kernel.head(ex.refs[1], f), ex.refs[2]]
+        x = rng.standard_normal(hidden).astype(np.float32)
+        w = rng.random(3).astype(np.float32)
+        out, want = poisoned(hidden), poisoned(hidden)
+        kernel.moe_token(ex.shape, refs, w, x, out)
+        kernel.moe_token(ref.shape, ref.refs, w, x, want)
+        assert np.array_equal(out, want), f"{isa}/{fmt}/{mode}, f={f}"  # +0 == -0: a zero's sign may differ
+        assert R.bits_equal(out, R.moe32(zeroed, w, x, LIMIT, ALPHA, bf16))
+        whole = poisoned(hidden)
+        kernel.moe_token(ex.shape, ex.refs, w, x, whole)
+        assert not np.array_equal(out, whole)  # the units past f do count in the whole expert
+        n = kernel.threads()
+        try:
+            for t in (1, 3):
+                kernel.set_threads(t)
+                again = poisoned(hidden)
+                kernel.moe_token(ex.shape, refs, w, x, again)
+                assert R.bits_equal(again, out), f"{t} threads"
+        finally:
+            kernel.set_threads(n)
+
+
+def test_head_units_are_checked(kernel: NativeKernel) -> None:
+    rng = np.random.default_rng(12)
+    ex = make_experts(kernel, [R.random_expert(rng, 64, 64)], "raw")
+    x, out = rng.standard_normal(64).astype(np.float32), poisoned(64)
+    for bad in (0, 48, -32):
+        with pytest.raises(ValueError):
+            kernel.head(ex.refs[0], bad)
+    too_many = kernel.head(ex.refs[0], 96)  # more units than the expert has: the kernel refuses
+    with pytest.raises(KernelError):
+        kernel.moe_token(ex.shape, [too_many], np.ones(1, np.float32), x, out)
+    head = kernel.head(ex.refs[0], 32)
+    with pytest.raises(KernelError):  # multi-token calls compute whole experts only
+        kernel.expert_tokens(ex.shape, head, x[None], np.ones(1, np.float32), out[None].copy())
+    full = kernel.head(ex.refs[0], 64)  # all the units: the whole expert
+    a, b = poisoned(64), poisoned(64)
+    kernel.moe_token(ex.shape, [full], np.ones(1, np.float32), x, a)
+    kernel.moe_token(ex.shape, ex.refs, np.ones(1, np.float32), x, b)
+    assert R.bits_equal(a, b)
