@@ -275,7 +275,7 @@ def test_an_experts_head_units_equal_the_expert_with_its_tail_zeroed(kernel: Nat
         whole = poisoned(hidden)
         kernel.moe_token(ex.shape, ex.refs, w, x, whole)
         assert not np.array_equal(out, whole)  # the units past f do count in the whole expert
-        n = kernel.threads()
+        n = kernel.threads
         try:
             for t in (1, 3):
                 kernel.set_threads(t)
