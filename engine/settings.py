@@ -56,6 +56,10 @@ class EngineSettings:
     # check finds the CPU kernel and the copies together 15% faster than the kernel alone (the H200 host: kernel
     # 42.7 GB/s alone, 39.9 beside copies at 45.8 GB/s, MEASURED; a DDR4 PC whose kernel fills DRAM loses)
     decode_lane: Literal["auto", "on", "off"] = "auto"
+    # with the copy lane: one more miss of a layer split by its gate_up units, the CPU computing the first ones and
+    # the lane the rest, so that both sides finish together (lane_split.best_units; 0.70 -> 0.65 ms a layer for 4
+    # misses, CALCULATED). Off until measured on a GPU.
+    decode_lane_split: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
@@ -126,7 +130,7 @@ class EngineSettings:
             raise bad("prompt_block", "must be between 16 and 16384")
         if type(self.early_poll_ns) is not int or not 0 <= self.early_poll_ns <= 100_000:
             raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
-        for flag in ("gpu_prefill", "warm_prompt", "early_launch"):
+        for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):

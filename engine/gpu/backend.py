@@ -171,7 +171,8 @@ class GpuBackend:
             return
         t0 = time.perf_counter()
         try:
-            lane = CopyLane(self.core, direct)
+            lane = CopyLane(self.core, direct,
+                            split_units=self.settings.decode_lane_split and self.plan.n_scratch >= 2 * WIDTH + 2)
             lane.capture()
             pays, info = lane.worth_it(self.misses)
         except Exception:  # a failed capture or copy: decode as before

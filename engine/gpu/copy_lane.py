@@ -13,6 +13,12 @@ rates measured so far (lane_split.py: how they are learned, and the probes that 
 Scratch slots hold the prompt path's staged experts only while a prompt runs, so decode borrows them. The lane is
 Linux and CUDA only: it needs the registered mapping and a copy stream.
 
+With ``split_units`` one more miss may be split by its gate_up units (lane_split.best_units): the CPU computes units
+[0, f) and the down bias (native neural_expert.units), the lane the rest, from a split slot per parity whose first f
+units (codes, scales, gate_up bias) and down bias are zero, so the unchanged expert kernels add exactly nothing for
+them. Whole experts alone leave one side idle: 4 misses at 0.30 (CPU) and 0.35 ms (lane) an expert take 0.70 ms as
+2 + 2 and 0.65 balanced (CALCULATED).
+
 With the lane on, layers are launched the plain way, after the CPU's result (Decoder.step): beside an early-launched
 graph, whose first kernel polls the host's flag over PCIe, the lane's copies ran at half speed (0.59 against 0.30
 ms an expert) and its kernels took 0.40 against 0.06 ms a layer (bench.gpu.lane_check, H200 machine, MEASURED).
@@ -33,6 +39,7 @@ import torch
 from ..plan import SLOT_PARTS
 from . import cudart
 from .lane_split import PAYS, SplitRates, lane_gain
+from .lane_units import SplitSlots
 from .prefill.direct import MappedExperts, plan_copies, run_copies
 
 TIME_EVERY = 4  # lane uses timed by GPU events (three records and two reads); the rest wait on a stream query
@@ -41,10 +48,12 @@ WIDTH = 2  # the most misses of one layer the lane takes; it holds 2 x WIDTH scr
 
 
 class CopyLane:
-    def __init__(self, core: Any, direct: MappedExperts, width: int = WIDTH, cpu_fixed_ms: float = 0.05) -> None:
+    def __init__(self, core: Any, direct: MappedExperts, width: int = WIDTH, cpu_fixed_ms: float = 0.05,
+                 split_units: bool = False) -> None:
         plan = core.plan
-        if plan.n_scratch < 2 * width:
-            raise ValueError(f"the copy lane needs {2 * width} scratch slots, the plan has {plan.n_scratch}")
+        need = 2 * width + (2 if split_units else 0)
+        if plan.n_scratch < need:
+            raise ValueError(f"the copy lane needs {need} scratch slots, the plan has {plan.n_scratch}")
         self.core = core
         self.direct = direct
         self.width = width
@@ -54,6 +63,10 @@ class CopyLane:
         # per parity (layer % 2): the slots, the routing the kernels read (ids | weight bits | slots, -1 = none)
         # and the output, both pinned so the host writes and reads them without copies
         self.slots = [[plan.n_slots + p * width + j for j in range(width)] for p in (0, 1)]
+        self.split_units = split_units
+        self.inter = cfg.intermediate_size
+        self.split_slots = SplitSlots(core, direct, [plan.n_slots + 2 * width + p for p in (0, 1)])
+        self.split_share = 0.0  # experts' worth of units sent down the lane as parts of split experts
         self.route = [torch.full((3 * bt,), -1, dtype=torch.int32, pin_memory=self.cuda) for _ in (0, 1)]
         self.out = [torch.zeros(cfg.hidden_size, dtype=torch.float32, pin_memory=self.cuda) for _ in (0, 1)]
         self.np_route = [r.numpy() for r in self.route]
@@ -78,7 +91,7 @@ class CopyLane:
         self.all_kept = 0  # layers whose every miss was being captured for admission (the CPU writes those out)
         self.experts = 0  # sent down the lane since load
         self.uses = 0  # layers that used the lane
-        self.timed = 0  # experts of the timed uses, over which copy_ms and kernel_ms are summed
+        self.timed = 0.0  # experts (a split one's part by its units) of the timed uses: copy_ms, kernel_ms over it
         self.copy_ms = 0.0  # GPU-timed since load: the copies, then the kernels, of the timed uses
         self.kernel_ms = 0.0
 
@@ -145,9 +158,11 @@ class CopyLane:
                 copy(dst + off, sb, src + e * size, size, size, 1, raw)
             i += 1
 
-    def start(self, layer: int, experts: Sequence[int], weights: Sequence[float]) -> None:
-        """Copy ``experts`` of ``layer`` into the parity's slots and queue their GPU compute. Every
-        ``TIME_EVERY``-th use, and every probe, is timed by GPU events for the split's rates."""
+    def start(self, layer: int, experts: Sequence[int], weights: Sequence[float],
+              part: tuple[int, float, int] | None = None) -> None:
+        """Copy ``experts`` of ``layer`` into the parity's slots and queue their GPU compute; ``part``: (expert,
+        weight, units) of a split expert whose last ``units`` units the lane computes too. Every ``TIME_EVERY``-th
+        use, and every probe, is timed by GPU events for the split's rates."""
         p = layer % 2
         order = sorted(range(len(experts)), key=experts.__getitem__)  # ascending ids pair their copies
         experts = [experts[j] for j in order]
@@ -159,10 +174,17 @@ class CopyLane:
         r[:m] = experts
         r[bt : bt + m] = np.asarray([weights[j] for j in order], dtype=np.float32).view(np.int32)
         r[2 * bt : 2 * bt + m] = slots
+        if part is not None:
+            r[m] = part[0]
+            r[bt + m] = np.float32(part[1]).view(np.int32)
+            r[2 * bt + m] = self.split_slots.slots[p]
+            self.split_share += part[2] / self.inter
         self.experts += m
         self.uses += 1
         if self.stream is None:  # interpreter / CPU tensors: everything at once
             self._queue_copies(layer, experts, slots)
+            if part is not None:
+                self.split_slots.queue(self._rt, None, layer, self._layer_parts, part, p)
             self._kernels(p)
             return
         stream = self.stream
@@ -171,6 +193,8 @@ class CopyLane:
         if timed:
             t0.record(stream)
         self._queue_copies(layer, experts, slots)
+        if part is not None:
+            self.split_slots.queue(self._rt, stream, layer, self._layer_parts, part, p)
         if timed:
             tc.record(stream)
         if self._rt is not None and self._execs:
@@ -185,8 +209,9 @@ class CopyLane:
             t1.record(stream)
             self._events[p] = (t0, tc, t1)
 
-    def finish(self, layer: int, m: int, out: np.ndarray) -> None:
-        """Wait for the layer's lane work and add its result to the CPU's ``out``."""
+    def finish(self, layer: int, m: float, out: np.ndarray) -> None:
+        """Wait for the layer's lane work (``m`` experts' worth, a split expert's part counted by its units) and
+        add its result to the CPU's ``out``."""
         p = layer % 2
         ev = self._events[p]
         if ev is not None:
@@ -204,30 +229,41 @@ class CopyLane:
         out += self.np_out[p]
 
     # ---- the split ----------------------------------------------------------------------------
-    def observe_cpu(self, experts: int, seconds: float) -> None:
+    def observe_cpu(self, experts: float, seconds: float) -> None:
         self.rates.observe_cpu(experts, seconds)
 
-    def split(self, layer: int, experts: list[int], weights: list[float],
-              keep: Collection[int] = ()) -> tuple[list[int], list[float], list[int], list[float]]:
-        """(CPU experts, weights, lane experts, weights). ``keep``: experts the CPU must compute (captures)."""
+    def split(self, layer: int, experts: list[int], weights: list[float], keep: Collection[int] = ()
+              ) -> tuple[list[int], list[float], list[int], list[float], tuple[int, float, int] | None]:
+        """(CPU experts, weights, lane experts, weights, part). ``keep``: experts the CPU must compute (captures).
+        ``part``: None, or (expert, weight, units) of a CPU expert whose last ``units`` units the lane computes
+        (``split_units``); the CPU then computes only its first inter - units."""
         free = [i for i, e in enumerate(experts) if e not in keep]
         if not free:
             self.all_kept += 1
-            return experts, weights, [], []
+            return experts, weights, [], [], None
         if not self.direct.ready(layer):
             self.not_ready += 1
-            return experts, weights, [], []
-        best = self.rates.choose(len(experts), min(self.width, len(free)))
-        if best == 0:
-            return experts, weights, [], []
-        lane = set(free[-best:])  # the last misses: any would do, these keep the CPU's order stable
+            return experts, weights, [], [], None
+        units = 0
+        if self.split_units:
+            best, units = self.rates.choose_units(len(experts), self.width, len(free), self.inter)
+        else:
+            best = self.rates.choose(len(experts), min(self.width, len(free)))
+        if best == 0 and not units:
+            return experts, weights, [], [], None
+        lane = set(free[len(free) - best:]) if best else set()  # the last misses: these keep the CPU's order stable
         cpu_e = [e for i, e in enumerate(experts) if i not in lane]
         cpu_w = [w for i, w in enumerate(weights) if i not in lane]
-        return cpu_e, cpu_w, [experts[i] for i in sorted(lane)], [weights[i] for i in sorted(lane)]
+        part = None
+        if units:  # the last free miss the lane does not take whole
+            i = free[len(free) - best - 1]
+            part = (experts[i], weights[i], units)
+        return cpu_e, cpu_w, [experts[i] for i in sorted(lane)], [weights[i] for i in sorted(lane)], part
 
     def report(self) -> dict[str, Any]:
         """What the lane did since load: the split's rates and choices, the GPU-timed work (bench reports)."""
-        return {**self.rates.report(), "experts": self.experts, "layers_not_registered": self.not_ready,
+        return {**self.rates.report(), "experts": self.experts, "split_share": round(self.split_share, 2),
+                "layers_not_registered": self.not_ready,
                 "layers_all_captured": self.all_kept,
                 "uses": self.uses, "timed_experts": self.timed,
                 "gpu_copy_ms_per_expert": round(self.copy_ms / self.timed, 4) if self.timed else None,
@@ -239,6 +275,7 @@ class CopyLane:
         graphs that wait for this lane."""
         if self.stream is not None:
             self.stream.wait_stream(torch.cuda.current_stream(self.core.dev))
+        self.split_slots.forget()  # the prompt staged experts in the split slots
 
     # ---- at load ----------------------------------------------------------------------------
     def worth_it(self, misses: Any, seconds: float = 0.12, seed: int = 0) -> tuple[bool, dict[str, float]]:
@@ -296,3 +333,4 @@ class CopyLane:
         self.rates.reset(beside, per_copy)
         return gain >= PAYS, {"cpu_ms_alone": round(alone, 4), "cpu_ms_beside": round(beside, 4),
                               "copy_ms": round(per_copy, 4), "gain": round(gain, 3)}
+

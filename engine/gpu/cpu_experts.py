@@ -28,9 +28,10 @@ class MissExperts(Protocol):
     name: str
 
     def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
-                captures: dict[int, np.ndarray]) -> None:
+                captures: dict[int, np.ndarray], heads: dict[int, int] | None = None) -> None:
         """out[H] = sum_k weights[k] * expert_k(x) (zeros if no experts); for each expert in
-        ``captures`` also write its slot-layout bytes into that (pinned, uint8) buffer."""
+        ``captures`` also write its slot-layout bytes into that (pinned, uint8) buffer. ``heads``: experts
+        computed over their first n gate_up units only (the copy lane computes the rest; never captured)."""
         ...
 
     def prefault(self) -> float:
@@ -55,8 +56,8 @@ class NativeMisses:
         return self.experts.prefault()
 
     def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
-                captures: dict[int, np.ndarray]) -> None:
-        self.experts.moe_token(layer, experts, weights, x, out, captures)
+                captures: dict[int, np.ndarray], heads: dict[int, int] | None = None) -> None:
+        self.experts.moe_token(layer, experts, weights, x, out, captures, heads)
 
 
 class TorchMisses:
@@ -75,12 +76,15 @@ class TorchMisses:
         return 0.0
 
     def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
-                captures: dict[int, np.ndarray]) -> None:
+                captures: dict[int, np.ndarray], heads: dict[int, int] | None = None) -> None:
         cfg = self.ck.config
         acc = torch.zeros(cfg.hidden_size, dtype=torch.float32)
         t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[None]
         for e, w in zip(experts, np.asarray(weights, dtype=np.float32), strict=True):
             w1, b1, w2, b2 = self._weights(layer, e)
+            if heads and e in heads:  # the first n units: their gate_up rows (interleaved pairs), down columns
+                n = heads[e]
+                w1, b1, w2 = w1[: 2 * n], b1[: 2 * n], w2[:, :n]
             acc += float(w) * expert_forward(t, w1, b1, w2, b2, cfg.swiglu_limit, cfg.swiglu_alpha)[0]
             if e in captures:
                 self.layout.pack_expert(self.ck, layer, e, captures[e])

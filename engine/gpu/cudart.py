@@ -46,6 +46,12 @@ class CudaRuntime:
             launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
             launch.restype = ctypes.c_int
         self._launch = launch
+        memset = getattr(lib, "cudaMemset2DAsync", None)
+        if memset is not None:
+            memset.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t,
+                               ctypes.c_void_p]
+            memset.restype = ctypes.c_int
+        self._memset2d = memset
 
     @property
     def can_launch_graphs(self) -> bool:
@@ -65,6 +71,16 @@ class CudaRuntime:
         if err != 0:
             raise RuntimeError(f"cudaMemcpy2DAsync failed with CUDA error {err} "
                                f"({height} x {width} bytes, pitches {spitch}/{dpitch})")
+
+    def memset_2d(self, dst: int, pitch: int, value: int, width: int, height: int, stream: int) -> None:
+        """``height`` rows of ``width`` device bytes at ``dst`` (rows ``pitch`` apart) set to ``value``, queued on
+        ``stream``."""
+        if self._memset2d is None:
+            raise RuntimeError("this CUDA runtime has no cudaMemset2DAsync")
+        err = self._memset2d(dst, pitch, value, width, height, stream)
+        if err != 0:
+            raise RuntimeError(f"cudaMemset2DAsync failed with CUDA error {err} ({height} x {width} bytes, "
+                               f"pitch {pitch})")
 
 
 def _candidates() -> list[str]:

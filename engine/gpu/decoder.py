@@ -212,22 +212,25 @@ class Decoder:
                 hits += nh
                 caps = residency.captures_for(layer, miss_ids) if miss_ids and not frozen else {}
                 lane_ids: list[int] = []
+                part = None  # a split expert: (id, weight, units the lane computes)
                 tl4 = tr = time.perf_counter()  # tr: the routing read and split (admission's adm_route)
                 if lane is not None and miss_ids:
-                    miss_ids, miss_w, lane_ids, lane_w = lane.split(layer, miss_ids, miss_w, keep=caps)
-                    if lane_ids:
-                        lane.start(layer, lane_ids, lane_w)
+                    miss_ids, miss_w, lane_ids, lane_w, part = lane.split(layer, miss_ids, miss_w, keep=caps)
+                    if lane_ids or part is not None:
+                        lane.start(layer, lane_ids, lane_w, part)
                         tl4 = time.perf_counter()
                         st.lane += tl4 - tr
                 out = c.np_cpu_moe[layer % 2]
+                heads = {part[0]: lane.inter - part[2]} if part is not None and lane is not None else None
                 self.misses.compute(layer, c.np_t, miss_ids, miss_w, out,
-                                    {e: self.capture_np[b] for e, b in caps.items()} if caps else {})
+                                    {e: self.capture_np[b] for e, b in caps.items()} if caps else {}, heads)
                 tl5 = tc = time.perf_counter()
                 if lane is not None:
-                    lane.observe_cpu(len(miss_ids), tl5 - tl4)
-                    if lane_ids:
-                        lane.finish(layer, len(lane_ids), out)
-                        st.lane_experts += len(lane_ids)
+                    share = part[2] / lane.inter if part is not None else 0.0
+                    lane.observe_cpu(len(miss_ids) - share, tl5 - tl4)
+                    if lane_ids or part is not None:
+                        lane.finish(layer, len(lane_ids) + share, out)
+                        st.lane_experts += len(lane_ids) + (part is not None)
                         tl6 = time.perf_counter()
                         st.lane += tl6 - tl5
                         tl5 = tl6

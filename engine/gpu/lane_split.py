@@ -39,6 +39,33 @@ def best_split(k: int, most: int, fixed_ms: float, cpu_ms: float, lane_ms: float
     return best, best_t
 
 
+def best_units(k: int, width: int, free: int, fixed_ms: float, cpu_ms: float, lane_ms: float,
+               inter: int) -> tuple[int, int, float]:
+    """(m, units, ms) where one expert may be split by its ``inter`` gate_up units, in blocks of 32: the lane takes m
+    whole misses (at most ``width``) and the last ``units`` units of one more, the CPU the rest (its fixed cost paid
+    whenever it computes anything). A whole number of experts rarely balances the two sides: with 4 misses, the CPU
+    at 0.30 ms an expert and the lane at 0.35, sending 2 leaves the layer at 0.70 ms and 1.92 at 0.65 (CALCULATED).
+    ``free``: misses the lane may take (not captures). units 0 = no split (:func:`best_split`'s answer)."""
+    m, t = best_split(k, min(width, free), fixed_ms, cpu_ms, lane_ms)
+    best = (m, 0, t)
+    if inter < 64 or cpu_ms + lane_ms <= 0:
+        return best
+    x = (fixed_ms + k * cpu_ms) / (cpu_ms + lane_ms)  # the share where both sides finish together
+    blocks = inter // 32
+    cap = min(width + 1, free, k) * blocks - 1  # at most width whole experts and part of one more
+    # a sliver is not worth its copies' fixed cost (~10 us a call, which the per-expert rate leaves out)
+    least = max(1, blocks // 8)
+    for b_total in {min(int(x * blocks), cap), min(int(x * blocks) + 1, cap)}:  # the grid's points either side of x
+        whole, b = divmod(b_total, blocks)
+        if b < least or whole > width or whole + 1 > min(free, k):
+            continue
+        share = whole + b / blocks
+        t = max(fixed_ms + (k - share) * cpu_ms, share * lane_ms)
+        if t < best[2]:
+            best = (whole, b * 32, t)
+    return best
+
+
 class SplitRates:
     """The per-expert rates (ms) that :func:`best_split` compares, and the per-layer choice with probes."""
 
@@ -53,6 +80,7 @@ class SplitRates:
         self.probed = False  # the last choice was a probe (its use is timed whatever the sampling)
         self.chosen = [0, 0, 0]  # layers that sent 0, 1, 2+ misses down the lane (probes counted as 1)
         self.cpu_samples = self.lane_samples = 0
+        self.split_layers = 0  # layers that split one expert's units between the two (choose_units)
 
     @property
     def lane_ms(self) -> float:
@@ -70,13 +98,13 @@ class SplitRates:
         self.reset(cpu_ms, lane_ms)
         self.frozen = True
 
-    def observe_cpu(self, experts: int, seconds: float) -> None:
+    def observe_cpu(self, experts: float, seconds: float) -> None:
         if experts and not self.frozen:
             per = max(0.0, (1e3 * seconds - self.cpu_fixed_ms) / experts)
             self.cpu_ms += EMA * (per - self.cpu_ms)
             self.cpu_samples += 1
 
-    def observe_lane(self, experts: int, ms: float) -> None:
+    def observe_lane(self, experts: float, ms: float) -> None:
         """GPU-timed copies and kernels of ``experts`` misses sent down the lane together."""
         if experts and not self.frozen:
             self._lane.append(ms / experts)
@@ -88,6 +116,28 @@ class SplitRates:
             self.probed = False
             return 0
         m, _ = best_split(k, most, self.cpu_fixed_ms, self.cpu_ms, self.lane_ms)
+        m = self._probe(m)
+        self.chosen[min(m, 2)] += 1
+        return m
+
+    def choose_units(self, k: int, width: int, free: int, inter: int) -> tuple[int, int]:
+        """(whole misses, units of one more) the lane takes (:func:`best_units`), with :meth:`choose`'s probes."""
+        if k <= 0 or free <= 0:
+            self.probed = False
+            return 0, 0
+        m, units, _ = best_units(k, width, free, self.cpu_fixed_ms, self.cpu_ms, self.lane_ms, inter)
+        if not units:
+            m = self._probe(m)
+        else:
+            self.probed = False
+            self.idle, self.every = 0, PROBE_FIRST
+        self.chosen[min(m + (units > 0), 2)] += 1
+        if units:
+            self.split_layers += 1
+        return m, units
+
+    def _probe(self, m: int) -> int:
+        """``m``, or 1 where the lane has gone unused long enough that its rate needs measuring again."""
         self.probed = False
         if m:
             self.idle, self.every = 0, PROBE_FIRST
@@ -98,10 +148,9 @@ class SplitRates:
                 self.probes += 1
                 self.probed = True
                 m = 1
-        self.chosen[min(m, 2)] += 1
         return m
 
     def report(self) -> dict[str, Any]:
         return {"cpu_ms": round(self.cpu_ms, 4), "lane_ms": round(self.lane_ms, 4), "cpu_fixed_ms": self.cpu_fixed_ms,
                 "cpu_samples": self.cpu_samples, "lane_samples": self.lane_samples, "probes": self.probes,
-                "layers_sending_0_1_2": list(self.chosen)}
+                "layers_sending_0_1_2": list(self.chosen), "layers_split": self.split_layers}

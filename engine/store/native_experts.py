@@ -164,9 +164,11 @@ class NativeExperts:
 
     # ---- entry points -----------------------------------------------------------------------
     def moe_token(self, layer: int, ids: Sequence[int], weights: Sequence[float] | np.ndarray, x: np.ndarray,
-                  out: np.ndarray | None = None, captures: dict[int, np.ndarray] | None = None) -> np.ndarray:
+                  out: np.ndarray | None = None, captures: dict[int, np.ndarray] | None = None,
+                  heads: dict[int, int] | None = None) -> np.ndarray:
         """One token: out[H] = sum over ids (in order) of weights[i] * expert_i(x); zeros if no ids.
-        Each expert in ``captures`` also writes its record bytes into that (uint8) buffer."""
+        Each expert in ``captures`` also writes its record bytes into that (uint8) buffer; each in ``heads``
+        is computed over its first n gate_up units only (NativeKernel.head; the copy lane computes the rest)."""
         out = np.empty(self.cfg.hidden_size, np.float32) if out is None else out
         if not len(ids):
             out.fill(0.0)
@@ -176,6 +178,9 @@ class NativeExperts:
         else:
             get = self._refs.get  # the decode hot path: one dict lookup per expert
             refs = [get((layer, e)) or self.ref(layer, int(e)) for e in ids]
+        if heads:
+            refs = [self.kernel.head(r, heads[int(e)]) if int(e) in heads else r
+                    for e, r in zip(ids, refs, strict=True)]
         self.kernel.moe_token(self.shape, refs, np.ascontiguousarray(weights, np.float32),
                               np.ascontiguousarray(x, np.float32), out)
         return out

@@ -88,16 +88,22 @@ def test_lane_output_is_the_cpus_for_the_same_experts(tiny_ck: Checkpoint) -> No
 
 
 class HostRuntime:
-    """cudaMemcpy2DAsync on host memory (the interpreter's slot pool is a CPU tensor): row r of ``width`` bytes
-    from ``src + r * spitch`` to ``dst + r * dpitch``."""
+    """cudaMemcpy2DAsync and cudaMemset2DAsync on host memory (the interpreter's slot pool is a CPU tensor): row r of
+    ``width`` bytes from ``src + r * spitch`` to ``dst + r * dpitch``; row r at ``dst + r * pitch`` set."""
 
     def __init__(self) -> None:
         self.heights: list[int] = []
+        self.memsets = 0
 
     def copy_2d(self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, stream: int) -> None:
         for r in range(height):
             ctypes.memmove(dst + r * dpitch, src + r * spitch, width)
         self.heights.append(height)
+
+    def memset_2d(self, dst: int, pitch: int, value: int, width: int, height: int, stream: int) -> None:
+        for r in range(height):
+            ctypes.memset(dst + r * pitch, value, width)
+        self.memsets += 1
 
 
 def test_runtime_copies_pair_two_experts_and_land_the_planned_bytes(tiny_ck: Checkpoint) -> None:
@@ -140,7 +146,8 @@ def test_split_follows_the_rates_and_keeps_captures_on_the_cpu(tiny_ck: Checkpoi
     lane.rates.fix(0.3, 0.3)
     e, w = [4, 9, 12], [0.5, 0.3, 0.2]
     # 3 misses: CPU alone 0.95; 2 + 1 lane 0.65; 1 + 2 lane 0.6 -> two down the lane
-    cpu_e, cpu_w, lane_e, lane_w = lane.split(0, e, w)
+    cpu_e, cpu_w, lane_e, lane_w, part = lane.split(0, e, w)
+    assert part is None  # whole experts only unless split_units
     assert (cpu_e, lane_e) == ([4], [9, 12]) and (cpu_w, lane_w) == ([0.5], [0.3, 0.2])
     assert lane.split(0, e, w, keep={9: 0, 12: 1})[2] == [4]  # captures stay with the CPU kernel
     assert lane.split(0, e, w, keep={4: 0, 9: 1, 12: 2})[2] == [] and lane.all_kept == 1
@@ -176,3 +183,103 @@ def test_early_poll_setting_is_checked() -> None:
     for bad in (-1, 100_001, 2.5, True):
         with pytest.raises(SettingsError, match="early_poll_ns"):
             EngineSettings(early_poll_ns=bad)  # type: ignore[arg-type]
+
+
+# ---- one expert split by its units (split_units) ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def odd_ck(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
+    """hidden 96, 160 units (5 blocks of 32), top-3: splits at 32..128 units."""
+    from engine.synth.shapes import PRESETS
+    from engine.synth.writer import write_synthetic_checkpoint
+
+    return Checkpoint.open(write_synthetic_checkpoint(tmp_path_factory.mktemp("lane-odd"), PRESETS["odd"], seed=5))
+
+
+def split_lane(ck: Checkpoint, native: bool = False) -> tuple[GpuBackend, CopyLane]:
+    be = make(ck, slots=10, scratch_slots=6, static_slots=4, native=native, kv_ring=16)  # 2 a parity + a split slot
+    return be, CopyLane(be.core, mapped(ck, be), width=2, split_units=True)
+
+
+def test_split_slot_holds_the_lanes_units_and_zeros_for_the_cpus(odd_ck: Checkpoint) -> None:
+    """The runtime path (2-D copies of the lane's units, 2-D memsets of the CPU's where the last use left bytes) and
+    the planned tensor copies (the whole expert, then the CPU's units and the down bias zeroed) leave the same slot,
+    use after use, as the lane's share grows and shrinks."""
+    be, lane = split_lane(odd_ck)
+    pool, sb, slot = be.core.pool, be.core.plan.slot_bytes, lane.split_slots.slots[1]
+    view = pool[slot * sb : (slot + 1) * sb]
+    view.fill_(0xFF)  # whatever a prompt staged there: the first use must zero it
+    lane._rt = rt = HostRuntime()  # type: ignore[assignment]
+    lay = be.core.layout
+    for expert, units in ((2, 96), (4, 32), (4, 128), (1, 64), (1, 64)):
+        lane.split_slots.queue(lane._rt, None, 1, lane._layer_parts, (expert, 1.0, units), 1)
+        got = view.clone()
+        keep_rt = lane.split_slots.zero_blocks[1], lane.split_slots.bias_zero[1]
+        lane._rt = None
+        view.fill_(0x5A)
+        lane.split_slots.queue(lane._rt, None, 1, lane._layer_parts, (expert, 1.0, units), 1)
+        assert torch.equal(view, got) or torch.equal(  # padding between parts: never written by either
+            *(torch.cat([t[lay.offsets[p] : lay.offsets[p] + lay.sizes[p]] for p in SLOT_PARTS]) for t in (view, got)))
+        view.copy_(got)
+        lane._rt, (lane.split_slots.zero_blocks[1], lane.split_slots.bias_zero[1]) = rt, keep_rt  # type: ignore[assignment]
+        whole = lay.pack_expert(odd_ck, 1, expert)
+        b = (160 - units) // 32
+        for part in SLOT_PARTS:
+            o, n = lay.offsets[part], lay.sizes[part]
+            g = got[o : o + n].numpy()
+            if part == "down_proj_bias":
+                assert not g.any()
+                continue
+            rows, pitch, per = lane.split_slots.geometry[part]
+            g2, w2 = g.reshape(rows, pitch), whole[o : o + n].reshape(rows, pitch)
+            assert not g2[:, : b * per].any(), part  # the CPU's units
+            assert np.array_equal(g2[:, b * per :], w2[:, b * per :]), part  # the lane's, as in the checkpoint
+    # zeroing only where the last use left bytes: CPU's blocks 2 (5 parts + the down bias, first use), 4 (grown: 5),
+    # 1 (none), 3 (grown: 5), 3 (none)
+    assert rt.memsets == 6 + 5 + 0 + 5 + 0
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_split_expert_adds_up_to_the_whole_one(odd_ck: Checkpoint, native: bool) -> None:
+    be, lane = split_lane(odd_ck, native)
+    h = odd_ck.config.hidden_size
+    x = torch.randn(h, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).float()
+    be.core.t_even.copy_(x[0::2])
+    be.core.t_odd.copy_(x[1::2])
+    whole = np.zeros(h, dtype=np.float32)
+    be.misses.compute(2, x.numpy(), [1, 5], [0.6, 0.4], whole, {})
+    for units in (32, 96, 128):
+        out = np.zeros(h, dtype=np.float32)
+        be.misses.compute(2, x.numpy(), [5], [0.4], out, {}, heads={5: 160 - units})  # the CPU: its first units
+        lane.start(2, [1], [0.6], part=(5, 0.4, units))  # the lane: expert 1 and the rest of expert 5
+        lane.finish(2, 1 + units / 160, out)
+        # the lane's bf16 kernels against the CPU's fp32 ones, as for whole experts
+        assert rel(torch.from_numpy(out), torch.from_numpy(whole)) < 1e-2, units
+        cpu_only = np.zeros(h, dtype=np.float32)
+        be.misses.compute(2, x.numpy(), [5], [0.4], cpu_only, {}, heads={5: 160 - units})
+        assert rel(torch.from_numpy(cpu_only), torch.from_numpy(whole)) > 0.05  # a part alone is not the whole
+
+
+def test_split_decode_matches_the_reference(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from engine.synth.shapes import PRESETS
+    from engine.synth.writer import write_synthetic_checkpoint
+
+    # the GPU decode's kernels need power-of-two widths: the demo shape (128 units, top-4)
+    ck = Checkpoint.open(write_synthetic_checkpoint(tmp_path_factory.mktemp("lane-demo"), PRESETS["demo"], seed=5))
+    ref = reference_logits(ck, TOKENS)
+    be, lane = split_lane(ck)
+    lane.rates.fix(0.30, 0.50)  # 4 misses: 1 whole + half of another down the lane (best_units)
+    be.decoder.lane = lane
+    got = torch.stack([be.forward([t]) for t in TOKENS])
+    close_to_reference(got, ref)
+    rep = lane.report()
+    assert rep["layers_split"] > 0 and rep["split_share"] > 0
+    # a whole expert and a split one (counted once) per layer of every token, no hot set
+    assert be.decoder.stats.lane_experts == len(TOKENS) * ck.config.num_hidden_layers * 2
+
+
+def test_split_units_setting_needs_its_slots(odd_ck: Checkpoint) -> None:
+    be = backend(odd_ck)  # 4 scratch slots: whole experts only
+    with pytest.raises(ValueError, match="needs 6 scratch slots"):
+        CopyLane(be.core, mapped(odd_ck, be), width=2, split_units=True)
+    with pytest.raises(SettingsError, match="decode_lane_split"):
+        EngineSettings(decode_lane_split="yes")  # type: ignore[arg-type]

@@ -72,3 +72,21 @@ def test_without_the_launch_symbol_or_the_exec_handle_graphs_replay(monkeypatch:
     assert cudart.GraphLauncher.for_graphs([object()], SimpleNamespace(index=0)) is None  # PyTorch < 2.6
     assert cudart.GraphLauncher.for_graphs([FakeGraph(0)], SimpleNamespace(index=0)) is None
     assert cudart.GraphLauncher.for_graphs([FakeGraph(5)], SimpleNamespace(index=0)) is not None
+
+
+def test_memset_2d_passes_its_shape_and_names_a_failure() -> None:
+    calls: list[tuple[object, ...]] = []
+
+    def fake_memset(*args: object) -> int:
+        calls.append(args)
+        return 0 if len(calls) == 1 else 1
+
+    rt = cudart.CudaRuntime(SimpleNamespace(cudaMemcpy2DAsync=lambda *a: 0,  # type: ignore[arg-type]
+                                            cudaMemset2DAsync=fake_memset))
+    rt.memset_2d(dst=4096, pitch=90, value=0, width=16, height=2880, stream=7)
+    assert calls[0] == (4096, 90, 0, 16, 2880, 7)
+    with pytest.raises(RuntimeError, match=r"CUDA error 1 \(2880 x 16 bytes, pitch 90\)"):
+        rt.memset_2d(dst=4096, pitch=90, value=0, width=16, height=2880, stream=7)
+    bare = cudart.CudaRuntime(SimpleNamespace(cudaMemcpy2DAsync=lambda *a: 0))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="no cudaMemset2DAsync"):
+        bare.memset_2d(dst=0, pitch=1, value=0, width=1, height=1, stream=0)

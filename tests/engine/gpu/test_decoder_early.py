@@ -102,7 +102,7 @@ class StepMisses:
         self.slow_at = slow_at
 
     def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
-                captures: dict[int, np.ndarray]) -> None:
+                captures: dict[int, np.ndarray], heads: dict[int, int] | None = None) -> None:
         step = int(self.core.np_ctrl[1])
         if (step, layer) == self.fail_at:
             raise RuntimeError("kernel failed")
@@ -209,7 +209,7 @@ def test_late_steps_that_are_not_in_a_row_keep_the_early_launch() -> None:
     slow = {3, 6}  # two late steps with on-time steps between them (a cold page-in, not a broken driver)
     orig = dec.misses.compute
 
-    def compute(layer, x, experts, weights, out, captures):  # type: ignore[no-untyped-def]
+    def compute(layer, x, experts, weights, out, captures, heads=None):  # type: ignore[no-untyped-def]
         if layer == 1 and int(core.np_ctrl[1]) in slow and dec.early_launch:
             time.sleep(0.2)
         orig(layer, x, experts, weights, out, captures)

@@ -61,7 +61,7 @@ class FakeMisses:
         self.fail_at = fail_at
 
     def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
-                captures: dict[int, np.ndarray]) -> None:
+                captures: dict[int, np.ndarray], heads: dict[int, int] | None = None) -> None:
         if layer == self.fail_at:
             raise RuntimeError("kernel failed")
         self.log.append(f"compute {layer} captures {sorted(captures)}")

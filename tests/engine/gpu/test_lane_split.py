@@ -75,3 +75,38 @@ def test_the_cpu_rate_follows_every_layer_and_keeps_the_fixed_cost_apart() -> No
     assert abs(r.cpu_ms - 0.5) < 1e-6
     r.observe_cpu(0, 1.0)  # every miss went down the lane: nothing to learn
     assert r.cpu_samples == 400
+
+
+def test_best_units_balances_the_two_sides_with_part_of_one_expert() -> None:
+    from engine.gpu.lane_split import best_units
+
+    # 4 misses, CPU 0.30 ms an expert (+0.05 fixed), lane 0.35: whole experts give 2 down the lane at 0.70 ms; the
+    # balance point is (0.05 + 1.2) / 0.65 = 1.923 experts, i.e. 1 whole + 0.923 of 2,880 units on the 90-block grid
+    m, units, t = best_units(4, 2, 4, 0.05, 0.30, 0.35, 2880)
+    assert (m, units) in ((1, 2624), (1, 2656)) and units % 32 == 0
+    assert t == pytest.approx(max(0.05 + (4 - 1 - units / 2880) * 0.30, (1 + units / 2880) * 0.35))
+    assert t == pytest.approx(1.25 / 0.65 * 0.35, rel=0.02) and t < 0.70
+    # at most width whole experts plus part of one more: a slow CPU sends 2 whole and nearly all of a third
+    m, units, t = best_units(4, 2, 4, 0.0, 10.0, 0.1, 2880)
+    assert (m, units) == (2, 2880 - 32)
+    # captures the lane may not take: with one free miss, all of it beats any part (0.95 against 0.953 ms)
+    assert best_units(4, 2, 1, 0.05, 0.30, 0.35, 2880)[:2] == (1, 0)
+    m, units, _ = best_units(2, 2, 1, 0.05, 0.30, 0.50, 2880)  # a slower lane, 2 misses, one free: part of it
+    assert m == 0 and 0 < units < 2880
+    # no slivers: a share under 1/8 of an expert stays on the CPU
+    assert best_units(4, 2, 4, 0.05, 0.30, 20.0, 2880)[:2] == (0, 0)
+    # where a whole number balances, no split; no misses, nothing
+    assert best_units(2, 2, 2, 0.0, 0.3, 0.3, 2880)[:2] == (1, 0)
+    assert best_units(0, 2, 0, 0.05, 0.3, 0.3, 2880)[:2] == (0, 0)
+    # an expert narrower than two blocks is never split
+    assert best_units(4, 2, 4, 0.05, 0.30, 0.35, 32)[1] == 0
+
+
+def test_choose_units_counts_splits_and_probes_as_choose_does() -> None:
+    r = SplitRates(cpu_ms=0.30, lane_ms=0.35, cpu_fixed_ms=0.05)
+    m, units = r.choose_units(4, 2, 4, 2880)
+    assert m == 1 and units > 0 and r.split_layers == 1 and r.chosen == [0, 0, 1]
+    r.reset(0.3, 50.0)  # a slow lane: nothing goes, until a probe sends one whole miss
+    sent = [r.choose_units(4, 2, 4, 2880) for _ in range(PROBE_FIRST)]
+    assert sent[:-1] == [(0, 0)] * (PROBE_FIRST - 1) and sent[-1] == (1, 0) and r.probed and r.probes == 1
+    assert r.report()["layers_split"] == 1
