@@ -104,6 +104,8 @@ def lane_line(rep: dict[str, Any]) -> str | None:
         line += (f"; split rates CPU {split['cpu_ms']} / lane {split['lane_ms']} ms an expert, {split['experts']} "
                  f"experts sent, layers sending 0/1/2+ {split['layers_sending_0_1_2']}, probes {split['probes']}, "
                  f"layers unregistered {split['layers_not_registered']}, all captured {split['layers_all_captured']}")
+        if split.get("layers_split"):  # decode_lane_split: one expert a layer shared by units
+            line += f", layers splitting an expert {split['layers_split']} ({split.get('split_share')} experts' worth)"
     return line
 
 

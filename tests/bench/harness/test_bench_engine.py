@@ -215,3 +215,7 @@ def test_lane_line_says_whether_the_copy_lane_ran_and_why() -> None:
     on = lane_line({"decode_lane": {"on": True, "check": {"gain": 1.86}, "split": split}})
     assert on is not None and "copy lane on" in on and "4608 experts sent" in on and "[10, 20, 2290]" in on
     assert "all captured 3" in on
+    assert "splitting" not in on
+    split.update(layers_split=2000, split_share=1234.5)
+    on = lane_line({"decode_lane": {"on": True, "check": {"gain": 1.86}, "split": split}})
+    assert on is not None and "layers splitting an expert 2000 (1234.5 experts' worth)" in on
