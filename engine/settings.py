@@ -49,7 +49,8 @@ class EngineSettings:
     # how the early launch's wait polls the host's flag: 0 = every program of its kernel back to back (as measured in
     # session 13); > 0 = one program, sleeping this many ns between polls. Beside back-to-back polls the copy lane's
     # copies and kernels ran at half speed, so with the lane on, layers are launched early only when this is > 0
-    # (engine/gpu/copy_lane.py; not yet measured on a GPU)
+    # (engine/gpu/copy_lane.py). Session 18, H200 machine: at 1000 ns a lane step still took 0.5-0.9 ms longer than
+    # beside plain launches (MEASURED, docs/performance.md), so 0 stays the default
     early_poll_ns: int = 0
     # GPU decode: some of a layer's CPU misses copied from the page-locked checkpoint into scratch slots and computed
     # by the GPU beside the CPU (engine/gpu/copy_lane.py; Linux, with direct copies). "auto" = where a load-time
@@ -58,7 +59,8 @@ class EngineSettings:
     decode_lane: Literal["auto", "on", "off"] = "auto"
     # with the copy lane: one more miss of a layer split by its gate_up units, the CPU computing the first ones and
     # the lane the rest, so that both sides finish together (lane_split.best_units; 0.70 -> 0.65 ms a layer for 4
-    # misses, CALCULATED). Off until measured on a GPU.
+    # misses, CALCULATED). Off: session 18 measured no gain on its one host (uniform 81.7 -> 82.2 tok/s, A B B A,
+    # where the CPU ran twice the lane's speed; docs/performance.md)
     decode_lane_split: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
