@@ -265,7 +265,7 @@ class CopyLane:
         return {**self.rates.report(), "experts": self.experts, "split_share": round(self.split_share, 2),
                 "layers_not_registered": self.not_ready,
                 "layers_all_captured": self.all_kept,
-                "uses": self.uses, "timed_experts": self.timed,
+                "uses": self.uses, "timed_experts": round(self.timed, 2),
                 "gpu_copy_ms_per_expert": round(self.copy_ms / self.timed, 4) if self.timed else None,
                 "gpu_kernel_ms_per_expert": round(self.kernel_ms / self.timed, 4) if self.timed else None}
 
