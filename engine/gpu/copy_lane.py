@@ -17,7 +17,7 @@ With ``split_units`` one more miss may be split by its gate_up units (lane_split
 [0, f) and the down bias (native neural_expert.units), the lane the rest, from a split slot per parity whose first f
 units (codes, scales, gate_up bias) and down bias are zero, so the unchanged expert kernels add exactly nothing for
 them. Whole experts alone leave one side idle: 4 misses at 0.30 (CPU) and 0.35 ms (lane) an expert take 0.70 ms as
-2 + 2 and 0.65 balanced (CALCULATED).
+2 + 2 and 0.69 balanced, the CPU's part of the split expert costing 0.12 of an expert more (CALCULATED).
 
 With the lane on, layers are launched the plain way, after the CPU's result (Decoder.step): beside an early-launched
 graph, whose first kernel polls the host's flag over PCIe, the lane's copies ran at half speed (0.59 against 0.30

@@ -19,6 +19,10 @@ EMA = 0.05  # weight of a new sample in the CPU's running rate
 PAYS = 1.15  # the lane is kept where the two lanes together compute this much more than the CPU kernel alone
 WINDOW = 9  # the lane's recent samples whose median is its rate
 PROBE_FIRST, PROBE_LAST = 64, 1024  # layers without the lane before a probe: doubling after each probe, reset on use
+# what the CPU's part of a split expert costs beyond its share of units, in experts: its down pass reads a piece of
+# every one of the 2,880 rows, and the prefetchers fetch past each piece (bench.kernel.head_cost, 2-core VM, 2
+# threads: +0.05 to +0.08 ms on 0.544 ms an expert for heads of 256 to 1,440 units, MEASURED)
+PART_EXTRA = 0.12
 
 
 def lane_gain(cpu_alone_ms: float, cpu_beside_ms: float, copy_ms: float) -> float:
@@ -43,14 +47,15 @@ def best_units(k: int, width: int, free: int, fixed_ms: float, cpu_ms: float, la
                inter: int) -> tuple[int, int, float]:
     """(m, units, ms) where one expert may be split by its ``inter`` gate_up units, in blocks of 32: the lane takes m
     whole misses (at most ``width``) and the last ``units`` units of one more, the CPU the rest (its fixed cost paid
-    whenever it computes anything). A whole number of experts rarely balances the two sides: with 4 misses, the CPU
-    at 0.30 ms an expert and the lane at 0.35, sending 2 leaves the layer at 0.70 ms and 1.92 at 0.65 (CALCULATED).
+    whenever it computes anything, and PART_EXTRA of an expert more for its part of a split one). A whole number of
+    experts rarely balances the two sides: with 4 misses, the CPU at 0.30 ms an expert and the lane at 0.35, sending 2
+    leaves the layer at 0.70 ms and 1.98 at 0.69 (CALCULATED).
     ``free``: misses the lane may take (not captures). units 0 = no split (:func:`best_split`'s answer)."""
     m, t = best_split(k, min(width, free), fixed_ms, cpu_ms, lane_ms)
     best = (m, 0, t)
     if inter < 64 or cpu_ms + lane_ms <= 0:
         return best
-    x = (fixed_ms + k * cpu_ms) / (cpu_ms + lane_ms)  # the share where both sides finish together
+    x = (fixed_ms + (k + PART_EXTRA) * cpu_ms) / (cpu_ms + lane_ms)  # the share where both sides finish together
     blocks = inter // 32
     cap = min(width + 1, free, k) * blocks - 1  # at most width whole experts and part of one more
     # a sliver is not worth its copies' fixed cost (~10 us a call, which the per-expert rate leaves out)
@@ -60,7 +65,7 @@ def best_units(k: int, width: int, free: int, fixed_ms: float, cpu_ms: float, la
         if b < least or whole > width or whole + 1 > min(free, k):
             continue
         share = whole + b / blocks
-        t = max(fixed_ms + (k - share) * cpu_ms, share * lane_ms)
+        t = max(fixed_ms + (k - share + PART_EXTRA) * cpu_ms, share * lane_ms)
         if t < best[2]:
             best = (whole, b * 32, t)
     return best
