@@ -59,8 +59,8 @@ class EngineSettings:
     decode_lane: Literal["auto", "on", "off"] = "auto"
     # with the copy lane: one more miss of a layer split by its gate_up units, the CPU computing the first ones and
     # the lane the rest, so that both sides finish together (lane_split.best_units; 0.70 -> 0.69 ms a layer for 4
-    # misses at CPU 0.30 / lane 0.35 ms an expert, CALCULATED). Off: session 18 measured no gain on its one host (uniform 81.7 -> 82.2 tok/s, A B B A,
-    # where the CPU ran twice the lane's speed; docs/performance.md)
+    # misses at CPU 0.30 / lane 0.35 ms an expert, CALCULATED). Off: session 18 measured no gain on its one host
+    # (uniform 81.7 -> 82.2 tok/s, A B B A, where the CPU ran twice the lane's speed; docs/performance.md)
     decode_lane_split: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh

@@ -18,7 +18,7 @@ from engine.store.format import RecordLayout, encode_record
 from engine.store.native_experts import expert_ref_from_record
 from native.kernel import load_kernel
 
-H = I = 2880
+H = INTER = 2880
 
 
 def random_parts(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -27,11 +27,11 @@ def random_parts(rng: np.random.Generator) -> dict[str, np.ndarray]:
     def bias(n: int) -> np.ndarray:
         return (rng.standard_normal(n).astype(np.float32) * 0.05).view(np.uint32).__rshift__(16).astype(np.uint16)
 
-    return {"gu_codes": rng.integers(0, 256, (2 * I, g, 16), dtype=np.uint8),
-            "gu_scales": rng.integers(122, 128, (2 * I, g), dtype=np.uint8),
-            "dn_codes": rng.integers(0, 256, (H, I // 32, 16), dtype=np.uint8),
-            "dn_scales": rng.integers(122, 128, (H, I // 32), dtype=np.uint8),
-            "gu_bias": bias(2 * I), "dn_bias": bias(H)}
+    return {"gu_codes": rng.integers(0, 256, (2 * INTER, g, 16), dtype=np.uint8),
+            "gu_scales": rng.integers(122, 128, (2 * INTER, g), dtype=np.uint8),
+            "dn_codes": rng.integers(0, 256, (H, INTER // 32, 16), dtype=np.uint8),
+            "dn_scales": rng.integers(122, 128, (H, INTER // 32), dtype=np.uint8),
+            "gu_bias": bias(2 * INTER), "dn_bias": bias(H)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,14 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     k = load_kernel()
     k.set_threads(a.threads)
     rng = np.random.default_rng(0)
-    layout = RecordLayout.build(H, I, "raw")
+    layout = RecordLayout.build(H, INTER, "raw")
     # 24 experts (~320 MB, beyond any cache): each call takes the next three
     recs = [encode_record(random_parts(rng), layout)[0] for _ in range(24)]
     refs = [expert_ref_from_record(k, r, layout, 0) for r in recs]
-    shape = k.shape(H, I, "raw", 7.0, 1.702, layout.offsets, bf16_inputs=True)
+    shape = k.shape(H, INTER, "raw", 7.0, 1.702, layout.offsets, bf16_inputs=True)
     x = rng.standard_normal(H).astype(np.float32)
     out = np.zeros(H, np.float32)
-    units = [0, 256, 704, 1440, 2176, 2624, I]
+    units = [0, 256, 704, 1440, 2176, 2624, INTER]
     times: dict[int, list[float]] = {u: [] for u in units}
     for _ in range(a.rounds):
         for u in units:
@@ -59,21 +59,21 @@ def main(argv: list[str] | None = None) -> int:
                 e = [refs[(3 * c + j) % len(refs)] for j in range(3)]
                 if u == 0:
                     call = e[:2]
-                elif u == I:
+                elif u == INTER:
                     call = e
                 else:
                     call = [e[0], e[1], k.head(e[2], u)]
                 k.moe_token(shape, call, np.full(len(call), 0.3, np.float32), x, out)
             times[u].append((time.perf_counter() - t0) * 1e3 / a.calls)
     med = {u: statistics.median(v) for u, v in times.items()}
-    whole = med[I] - med[0]
+    whole = med[INTER] - med[0]
     print(f"{a.threads} threads, {k.isa}; ms a call (medians of {a.rounds} rounds of {a.calls} calls): "
-          f"2 whole {med[0]:.3f}, 3 whole {med[I]:.3f}; a third expert costs {whole:.3f}")
-    print("| units | 2 + head, ms | head ms | u/I of a whole expert, ms | head / its share |")
+          f"2 whole {med[0]:.3f}, 3 whole {med[INTER]:.3f}; a third expert costs {whole:.3f}")
+    print("| units | 2 + head, ms | head ms | u/INTER of a whole expert, ms | head / its share |")
     print("|---:|---:|---:|---:|---:|")
     for u in units[1:-1]:
         head = med[u] - med[0]
-        share = whole * u / I
+        share = whole * u / INTER
         print(f"| {u} | {med[u]:.3f} | {head:.3f} | {share:.3f} | {head / share:.2f} |")
     return 0
 
