@@ -2,8 +2,9 @@
 its share of a whole expert, at the 120b expert shape: ``python -m bench.kernel.head_cost [--threads 8]``.
 
 One call computes 2 whole experts, 2 whole plus the first u units of a third, or 3 whole (the kernel's one-token
-call, as decode's misses). The head's cost is T(2 + head u) - T(2), printed beside u/I of T(3) - T(2): the split's
-model (engine/gpu/lane_split.best_units) takes them as equal. Rounds alternate the cases; medians of the rounds.
+call, as decode's misses). The head's cost is T(2 + head u) - T(2), printed beside u/I of T(3) - T(2): the
+split's model (engine/gpu/lane_split.best_units) charges PART_EXTRA of an expert more than that share. Rounds
+alternate the cases; medians of the rounds.
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=40, help="calls a case a round (each over different experts)")
+    ap.add_argument("--experts", type=int, default=24, help="random experts in RAM (24: ~320 MB, beyond any cache)")
     a = ap.parse_args(argv)
+    if a.experts < 3 or a.rounds < 1 or a.calls < 1 or a.threads < 1:
+        ap.error("--experts must be at least 3; --rounds, --calls and --threads at least 1")
     k = load_kernel()
     k.set_threads(a.threads)
     rng = np.random.default_rng(0)
     layout = RecordLayout.build(H, INTER, "raw")
-    # 24 experts (~320 MB, beyond any cache): each call takes the next three
-    recs = [encode_record(random_parts(rng), layout)[0] for _ in range(24)]
+    recs = [encode_record(random_parts(rng), layout)[0] for _ in range(a.experts)]  # each call takes the next three
     refs = [expert_ref_from_record(k, r, layout, 0) for r in recs]
     shape = k.shape(H, INTER, "raw", 7.0, 1.702, layout.offsets, bf16_inputs=True)
     x = rng.standard_normal(H).astype(np.float32)
