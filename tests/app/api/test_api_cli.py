@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,8 +23,10 @@ REPO = Path(__file__).resolve().parents[3]
 def test_neural_serve_answers_and_stops_cleanly(tiny_model: Path, sig: signal.Signals) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "serve", str(tiny_model), "--port", "0", "--backend", "reference",
-         "--context", "1024", "--queue", "2", "--max-body-mb", "1", "--model-id", "tiny-test"],
+        # -X faulthandler: a server that hangs on its way out is sent SIGABRT below and prints every thread's stack
+        [sys.executable, "-X", "faulthandler", "-m", "app.cli.main", "serve", str(tiny_model), "--port", "0",
+         "--backend", "reference", "--context", "1024", "--queue", "2", "--max-body-mb", "1", "--model-id",
+         "tiny-test"],
         cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     try:
         url = None
@@ -48,8 +51,18 @@ def test_neural_serve_answers_and_stops_cleanly(tiny_model: Path, sig: signal.Si
             answer = json.load(r)
         assert answer["object"] == "chat.completion" and answer["usage"]["completion_tokens"] <= 3
         proc.send_signal(sig)
-        # exit status is the contract; the time only bounds a hang (a loaded 2-core box took >15 s)
-        assert proc.wait(timeout=120) == 0, "".join(drained)[-2000:]
+        # exit status is the contract; the time only bounds a hang (a loaded 2-core box took >15 s; session 18's CI
+        # run once waited 120 s without an exit, not reproduced in 26 runs since: the stacks say where, next time)
+        try:
+            rc = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            time.sleep(0.5)  # the drain thread reads the last of the stacks
+            pytest.fail("neural serve did not exit within 120 s of the signal; its threads:\n"
+                        + "".join(drained)[-8000:])
+        assert rc == 0, "".join(drained)[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()
