@@ -1,12 +1,14 @@
 """How many of a decode layer's misses the copy lane (copy_lane.py) takes: the rates it compares, learned as decode
-runs, and the choice. Pure Python, so the decision is tested on recorded rates without a GPU.
+runs, and the choice: whole misses (best_split), or with decode_lane_split whole misses plus part of one more
+(best_units). Pure Python, so the decision is tested on recorded rates without a GPU.
 
 The CPU's rate comes from every layer it computes (an EMA). The lane's comes only from the layers that use it, so
 one bad sample must not switch it off for good. With a running mean it could: a copy queued behind other
 host-to-device traffic (say ten times its usual 0.3 ms) would lift the rate above anything the split chooses, and no
 later sample would come to lower it. (Session 16's uniform decode never used the lane; whether this was why is not
-known.) The lane's rate is therefore the median of its recent samples, and a layer that keeps every miss on the CPU
-for a while sends one down the lane as a probe, less often while probes keep saying the lane is slow.
+known; session 18's, with these rates, used it in every run.) The lane's rate is therefore the median of its recent
+samples, and a layer that keeps every miss on the CPU for a while sends one down the lane as a probe, less often while
+probes keep saying the lane is slow.
 """
 
 from __future__ import annotations
