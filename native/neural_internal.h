@@ -72,6 +72,10 @@ typedef struct neural_kernels {
     void (*pv8_bf16)(const uint16_t *v, int t, int d, const float *p, size_t ps, float *acc);
     /* out[l] = neural_expf(x[l]) for l < 16, its exact operations (NULL: the scalar code) */
     void (*exp16)(const float *x, float *out);
+    /* decode attention's scores for g query heads: s[j * ss + i] = dot(k[i * d ..], q[j * d ..]) for the keys
+       i < t and heads j < g, each in the canonical order of gemv4_bf16 (16 lanes, one fma each, the tree); each
+       K row is converted once for all g heads and 16 sums share one tree (NULL: gemv4_bf16 per head) */
+    void (*scores_bf16)(const uint16_t *k, int t, int d, const float *q, int g, float *s, size_t ss);
 } neural_kernels;
 
 /*

@@ -144,7 +144,7 @@ static void gemv4_scalar(const uint16_t *const w[4], const float *x, int n, floa
 }
 
 const neural_kernels neural_kernels_scalar = {1, dot4_scalar, decode4_scalar, tile4_scalar, 0, NULL, read_scalar, NULL,
-                                              gemv4_scalar, NULL, NULL};
+                                              gemv4_scalar, NULL, NULL, NULL};
 
 #if NEURAL_X86
 /* ------------------------------------------------------------------------------------------ */
@@ -328,7 +328,7 @@ NEURAL_TARGET_AVX2 static void pv8_avx2(const uint16_t *v, int t, int d, const f
 }
 
 const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL, gemv4_avx2,
-                                            pv8_avx2, NULL};
+                                            pv8_avx2, NULL, NULL};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
@@ -609,8 +609,70 @@ NEURAL_TARGET_AVX512 static void pv8_avx512(const uint16_t *v, int t, int d, con
     }
 }
 
+/* 16 sums at once, each with hsum16's tree (l + (l+8), then + 4, + 2, + 1): out[v] = hsum16(acc[v]) for v < 16.
+   Pairs are combined by 128-bit block shuffles, then 64-bit and 32-bit ones; lane 4b + i of the last sum
+   holds accumulator b + 4i, put back in order by one permute. */
+NEURAL_TARGET_AVX512 static void hsum16x16_avx512(const float *acc, float out[16]) {
+    __m512 p[8], r[4], t[2];
+    for (int m = 0; m < 8; m++) {
+        const __m512 a = _mm512_loadu_ps(acc + 32 * m), b = _mm512_loadu_ps(acc + 32 * m + 16);
+        p[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    for (int n = 0; n < 4; n++)
+        r[n] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * n], p[2 * n + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(p[2 * n], p[2 * n + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int n = 0; n < 2; n++) {
+        const __m512d a = _mm512_castps_pd(r[2 * n]), b = _mm512_castps_pd(r[2 * n + 1]);
+        t[n] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i back = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(back, u));
+}
+
+NEURAL_TARGET_AVX512 static NEURAL_INLINE void scores_nc_avx512(const uint16_t *k, int t, int d, const float *q, int g,
+                                                                 float *s, size_t ss, const int nc) {
+    float acc[16 * 16], sum[16];
+    int key[16], head[16], n = 0;
+    __m512 kv[16];
+    for (int c = 0; c < 16; c++) kv[c] = _mm512_setzero_ps(); /* only kv[0, nc) are read */
+    for (int i = 0; i < t; i++) {
+        const uint16_t *kr = k + (size_t)i * (size_t)d;
+        NEURAL_UNROLL for (int c = 0; c < nc; c++) kv[c] = BF16X16_AVX512(kr + 16 * c);
+        for (int j = 0; j < g; j++) {
+            const float *qj = q + (size_t)j * (size_t)d;
+            __m512 a = _mm512_setzero_ps();
+            NEURAL_UNROLL for (int c = 0; c < nc; c++) a = _mm512_fmadd_ps(kv[c], _mm512_loadu_ps(qj + 16 * c), a);
+            _mm512_storeu_ps(acc + 16 * n, a);
+            key[n] = i, head[n] = j;
+            if (++n == 16) {
+                hsum16x16_avx512(acc, sum);
+                for (int v = 0; v < 16; v++) s[(size_t)head[v] * ss + (size_t)key[v]] = sum[v];
+                n = 0;
+            }
+        }
+    }
+    if (n) {
+        for (int v = n; v < 16; v++) _mm512_storeu_ps(acc + 16 * v, _mm512_setzero_ps());
+        hsum16x16_avx512(acc, sum);
+        for (int v = 0; v < n; v++) s[(size_t)head[v] * ss + (size_t)key[v]] = sum[v];
+    }
+}
+
+NEURAL_TARGET_AVX512 static void scores_avx512(const uint16_t *k, int t, int d, const float *q, int g, float *s,
+                                               size_t ss) {
+    switch (d / 16) { /* the row's vectors in registers: gpt-oss has d = 64 */
+    case 4: scores_nc_avx512(k, t, d, q, g, s, ss, 4); break;
+    case 8: scores_nc_avx512(k, t, d, q, g, s, ss, 8); break;
+    default: scores_nc_avx512(k, t, d, q, g, s, ss, d / 16); break;
+    }
+}
+
 const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, decode4_avx512, tile4_avx512, 0, rows4tok_avx512,
-                                              read_avx512, swiglu16_avx512, gemv4_avx512, pv8_avx512, exp16_avx512};
+                                              read_avx512, swiglu16_avx512, gemv4_avx512, pv8_avx512, exp16_avx512,
+                                              scores_avx512};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512 BF16: the same arithmetic with vdpbf16ps. The inputs are bf16-exact and never below
@@ -716,5 +778,5 @@ NEURAL_TARGET_AVX512BF16 static void tile4_avx512bf16(const void *qv, const floa
 
 const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, decode4_avx512bf16, tile4_avx512bf16, 1, NULL,
                                                   read_avx512, swiglu16_avx512, gemv4_avx512, pv8_avx512,
-                                                  exp16_avx512};
+                                                  exp16_avx512, scores_avx512};
 #endif

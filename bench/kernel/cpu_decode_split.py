@@ -1,6 +1,6 @@
 """Where a CPU-engine decode token goes: the native kernels, their bytes, and everything else.
 
-    python -m bench.kernel.cpu_decode_split CKPT [--threads 2] [--tokens 48] [--json]
+    python -m bench.kernel.cpu_decode_split CKPT [--threads 2] [--tokens 48] [--depth 8] [--json]
 
 Loads CKPT on the CPU engine (the shipping path: native experts, native one-token projections and
 attention, bf16), decodes ``--tokens`` teacher-forced tokens once plainly (the tok/s a user gets)
@@ -28,7 +28,7 @@ def _kind(name: str) -> str:
     return name.split(".")[-2]  # q_proj, k_proj, v_proj, o_proj, router
 
 
-def run(ckpt: str, threads: int, tokens: int) -> dict[str, Any]:
+def run(ckpt: str, threads: int, tokens: int, depth: int = 8) -> dict[str, Any]:
     import torch
 
     from engine.session import Engine
@@ -42,12 +42,12 @@ def run(ckpt: str, threads: int, tokens: int) -> dict[str, Any]:
         raise ValueError("the native CPU engine did not load (see `neural doctor`); nothing to split")
     experts_fn, native = model.experts_fn, model._native
     kernel, cfg = native.kernel, model.cfg
-    feed = [int(i) for i in np.random.default_rng(0).integers(100, min(cfg.vocab_size, 30000), 3 * tokens + 8)]
-    be.forward(feed[:8])  # the prompt; every dense weight is loaded from here on
-    for t in feed[8 : 8 + tokens]:  # warm: first touch of the experts' pages is not decode
+    feed = [int(i) for i in np.random.default_rng(0).integers(100, min(cfg.vocab_size, 30000), 3 * tokens + depth)]
+    be.forward(feed[:depth])  # the prompt; every dense weight is loaded from here on
+    for t in feed[depth : depth + tokens]:  # warm: first touch of the experts' pages is not decode
         be.forward([t])
     t0 = time.perf_counter()
-    for t in feed[8 + tokens : 8 + 2 * tokens]:
+    for t in feed[depth + tokens : depth + 2 * tokens]:
         be.forward([t])
     plain_s = (time.perf_counter() - t0) / tokens
 
@@ -82,7 +82,7 @@ def run(ckpt: str, threads: int, tokens: int) -> dict[str, Any]:
     model._native, model.experts_fn, model._native_attn = linear, experts, attention
     try:
         t0 = time.perf_counter()
-        for t in feed[8 + 2 * tokens : 8 + 3 * tokens]:
+        for t in feed[depth + 2 * tokens : depth + 3 * tokens]:
             be.forward([t])
         split_s = (time.perf_counter() - t0) / tokens
     finally:
@@ -100,7 +100,7 @@ def run(ckpt: str, threads: int, tokens: int) -> dict[str, Any]:
                  "GB_s": nbytes[k] / v / 1e9 if v > 0 and nbytes[k] else None} for k, v in spent.items()}
     native_s = sum(spent.values()) / tokens
     token_bytes = sum(nbytes.values()) / tokens
-    return {"ckpt": ckpt, "threads": threads, "tokens": tokens, "isa": kernel.isa,
+    return {"ckpt": ckpt, "threads": threads, "tokens": tokens, "depth": depth, "isa": kernel.isa,
             "tok_s_MEASURED": 1.0 / plain_s, "ms_per_token_MEASURED": 1e3 * plain_s,
             "ms_per_token_split": 1e3 * split_s, "parts": parts,
             "other_ms_per_token": 1e3 * (split_s - native_s),
@@ -113,19 +113,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("ckpt")
     p.add_argument("--threads", type=int, default=2, help="the native team (the CPU engine's threads)")
     p.add_argument("--tokens", type=int, default=48, help="decode tokens per phase (warm, plain, split)")
+    p.add_argument("--depth", type=int, default=8, help="prompt tokens before the decode (the context's depth)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    if a.tokens < 1 or a.threads < 1:
-        p.error("--tokens and --threads must be >= 1")
+    if a.tokens < 1 or a.threads < 1 or a.depth < 1:
+        p.error("--tokens, --threads and --depth must be >= 1")
     try:
-        r = run(a.ckpt, a.threads, a.tokens)
+        r = run(a.ckpt, a.threads, a.tokens, a.depth)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if a.json:
         print(json.dumps(r))
         return 0
-    print(f"{r['ckpt']}: {r['threads']} threads, {r['isa']}; {r['tok_s_MEASURED']:.2f} tok/s "
+    print(f"{r['ckpt']}: {r['threads']} threads, {r['isa']}, depth {r['depth']}; {r['tok_s_MEASURED']:.2f} tok/s "
           f"({r['ms_per_token_MEASURED']:.2f} ms/token; {r['ms_per_token_split']:.2f} with the timers) MEASURED")
     for k, v in sorted(r["parts"].items(), key=lambda kv: -kv[1]["ms_per_token"]):
         rate = f"{v['GB_s']:6.1f} GB/s" if v["GB_s"] else "     -     "

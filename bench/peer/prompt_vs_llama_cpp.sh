@@ -9,8 +9,9 @@
 # same bytes per expert as the real model), its GGUF written by llama.cpp's own converter
 # (convert_synth_gguf.py), then llama-bench pp$TOKENS and `neural bench prompt --tokens $TOKENS`
 # in the order llama, neural, neural, llama, each a fresh process with one warm-up run.
-# MODE=decode: llama-bench tg$TOKENS against `neural bench decode --tokens $TOKENS --depth 0
-# --temperature 0` (greedy, as llama-bench's generation is timed without sampling).
+# MODE=decode: llama-bench tg$TOKENS against `neural bench decode --tokens $TOKENS --depth $DEPTH
+# --temperature 0` (greedy, as llama-bench's generation is timed without sampling); DEPTH (default 0)
+# tokens of context first, as llama-bench -d.
 # With NEURAL_BEFORE set (another `neural` command, e.g. a wrapper running an older checkout) the
 # order is llama, before, neural, neural, before, llama: both comparisons mirrored in one window.
 set -euo pipefail
@@ -20,6 +21,7 @@ WORK=${1:-/tmp/neural-peer}
 THREADS=${2:-2}
 TOKENS=${3:-512}
 MODE=${MODE:-prompt}
+DEPTH=${DEPTH:-0}
 PY=${PY:-$REPO/.venv/bin/python}
 NEURAL=${NEURAL:-$REPO/.venv/bin/neural}
 CKPT=$WORK/synth-120b-shape-4l
@@ -32,7 +34,7 @@ GGUF=$WORK/synth-120b-shape-4l.gguf
 llama() {
   echo "== llama.cpp $MODE $TOKENS, $THREADS threads"
   if [ "$MODE" = decode ]; then
-    "$WORK/build/bin/llama-bench" -m "$GGUF" -p 0 -n "$TOKENS" -t "$THREADS" -r 2 -o md
+    "$WORK/build/bin/llama-bench" -m "$GGUF" -p 0 -n "$TOKENS" -d "$DEPTH" -t "$THREADS" -r 2 -o md
   else
     "$WORK/build/bin/llama-bench" -m "$GGUF" -p "$TOKENS" -n 0 -t "$THREADS" -r 2 -o md
   fi
@@ -42,7 +44,7 @@ neural() {
   echo "== neural CPU $MODE $TOKENS, $THREADS threads ($cmd)"
   if [ "$MODE" = decode ]; then
     "$cmd" bench decode "$CKPT" --backend cpu --threads "$THREADS" --torch-threads "$THREADS" \
-      --tokens "$TOKENS" --depth 0 --temperature 0 --repeats 2 --warmup 1
+      --tokens "$TOKENS" --depth "$DEPTH" --temperature 0 --repeats 2 --warmup 1
   else
     "$cmd" bench prompt "$CKPT" --backend cpu --threads "$THREADS" --torch-threads "$THREADS" \
       --tokens "$TOKENS" --repeats 2 --warmup 1 --check-tokens 0

@@ -70,8 +70,10 @@ def run(kernel: NativeKernel, kb: np.ndarray, vb: np.ndarray, t: int, q: np.ndar
 @pytest.mark.parametrize("isa", ISAS)
 def test_attention_matches_reference_bit_for_bit(kernel: NativeKernel, isa: str) -> None:
     isa_or_skip(kernel, isa)
+    # g * t not a multiple of 16 (the scores' last partial batch of sums), d = 16 / 32 / 64 / 128 (1-8 vectors a row)
     for kvh, g, t, d, threads, base, round_p in ((2, 4, 37, 64, 2, 5, True), (3, 2, 130, 32, 3, 0, True),
-                                                 (1, 1, 1, 16, 1, 0, True), (2, 8, 67, 64, 2, 11, False)):
+                                                 (1, 1, 1, 16, 1, 0, True), (2, 8, 67, 64, 2, 11, False),
+                                                 (2, 3, 45, 128, 2, 1, True), (1, 16, 5, 256, 1, 0, True)):
         kernel.set_threads(threads)
         kb, vb, q, sinks = case(kvh, g, t, d, base + t + 3, t)
         got = run(kernel, kb, vb, t, q, sinks, d ** -0.5, round_p, base)
