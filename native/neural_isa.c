@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "neural_experts.h" /* NEURAL_MAX_HEAD_DIM */
 #include "neural_internal.h"
 
 #if NEURAL_X86
@@ -609,61 +610,59 @@ NEURAL_TARGET_AVX512 static void pv8_avx512(const uint16_t *v, int t, int d, con
     }
 }
 
-/* 16 sums at once, each with hsum16's tree (l + (l+8), then + 4, + 2, + 1): out[v] = hsum16(acc[v]) for v < 16.
+/* 16 sums at once, each with hsum16's tree (l + (l+8), then + 4, + 2, + 1): lane v of the result is hsum16(v[v]).
    Pairs are combined by 128-bit block shuffles, then 64-bit and 32-bit ones; lane 4b + i of the last sum
-   holds accumulator b + 4i, put back in order by one permute. */
-NEURAL_TARGET_AVX512 static void hsum16x16_avx512(const float *acc, float out[16]) {
+   holds v[b + 4i], put back in order by one permute. */
+NEURAL_TARGET_AVX512 static NEURAL_INLINE __m512 hsum16x16_avx512(const __m512 *v) {
     __m512 p[8], r[4], t[2];
-    for (int m = 0; m < 8; m++) {
-        const __m512 a = _mm512_loadu_ps(acc + 32 * m), b = _mm512_loadu_ps(acc + 32 * m + 16);
-        p[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-    }
-    for (int n = 0; n < 4; n++)
+    NEURAL_UNROLL for (int m = 0; m < 8; m++)
+        p[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    NEURAL_UNROLL for (int n = 0; n < 4; n++)
         r[n] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * n], p[2 * n + 1], _MM_SHUFFLE(2, 0, 2, 0)),
                              _mm512_shuffle_f32x4(p[2 * n], p[2 * n + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int n = 0; n < 2; n++) {
+    NEURAL_UNROLL for (int n = 0; n < 2; n++) {
         const __m512d a = _mm512_castps_pd(r[2 * n]), b = _mm512_castps_pd(r[2 * n + 1]);
         t[n] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
     }
     const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                    _mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i back = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm512_storeu_ps(out, _mm512_permutexvar_ps(back, u));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), u);
 }
 
+/* Blocks of 16 keys: their rows converted to fp32 once (kf, in L1) for all g heads; per head the 16 keys' lane
+   sums stay in registers, one tree gives their 16 scores, one store (masked for a last short block). */
 NEURAL_TARGET_AVX512 static NEURAL_INLINE void scores_nc_avx512(const uint16_t *k, int t, int d, const float *q, int g,
                                                                  float *s, size_t ss, const int nc) {
-    float acc[16 * 16], sum[16];
-    int key[16], head[16], n = 0;
-    __m512 kv[16];
-    for (int c = 0; c < 16; c++) kv[c] = _mm512_setzero_ps(); /* only kv[0, nc) are read */
-    for (int i = 0; i < t; i++) {
-        const uint16_t *kr = k + (size_t)i * (size_t)d;
-        NEURAL_UNROLL for (int c = 0; c < nc; c++) kv[c] = BF16X16_AVX512(kr + 16 * c);
+    float kf[16 * NEURAL_MAX_HEAD_DIM];
+    for (int i0 = 0; i0 < t; i0 += 16) {
+        const int nk = t - i0 < 16 ? t - i0 : 16;
+        for (int r = 0; r < nk; r++) {
+            const uint16_t *kr = k + (size_t)(i0 + r) * (size_t)d;
+            NEURAL_UNROLL for (int c = 0; c < nc; c++)
+                _mm512_storeu_ps(kf + 16 * (r * nc + c), BF16X16_AVX512(kr + 16 * c));
+        }
         for (int j = 0; j < g; j++) {
             const float *qj = q + (size_t)j * (size_t)d;
-            __m512 a = _mm512_setzero_ps();
-            NEURAL_UNROLL for (int c = 0; c < nc; c++) a = _mm512_fmadd_ps(kv[c], _mm512_loadu_ps(qj + 16 * c), a);
-            _mm512_storeu_ps(acc + 16 * n, a);
-            key[n] = i, head[n] = j;
-            if (++n == 16) {
-                hsum16x16_avx512(acc, sum);
-                for (int v = 0; v < 16; v++) s[(size_t)head[v] * ss + (size_t)key[v]] = sum[v];
-                n = 0;
+            __m512 a[16];
+            NEURAL_UNROLL for (int r = 0; r < 16; r++) {
+                a[r] = _mm512_setzero_ps();
+                if (r < nk)
+                    NEURAL_UNROLL for (int c = 0; c < nc; c++)
+                        a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(kf + 16 * (r * nc + c)), _mm512_loadu_ps(qj + 16 * c), a[r]);
             }
+            const __m512 sum = hsum16x16_avx512(a);
+            if (nk == 16)
+                _mm512_storeu_ps(s + (size_t)j * ss + (size_t)i0, sum);
+            else
+                _mm512_mask_storeu_ps(s + (size_t)j * ss + (size_t)i0, (__mmask16)((1u << nk) - 1u), sum);
         }
-    }
-    if (n) {
-        for (int v = n; v < 16; v++) _mm512_storeu_ps(acc + 16 * v, _mm512_setzero_ps());
-        hsum16x16_avx512(acc, sum);
-        for (int v = 0; v < n; v++) s[(size_t)head[v] * ss + (size_t)key[v]] = sum[v];
     }
 }
 
 NEURAL_TARGET_AVX512 static void scores_avx512(const uint16_t *k, int t, int d, const float *q, int g, float *s,
                                                size_t ss) {
-    switch (d / 16) { /* the row's vectors in registers: gpt-oss has d = 64 */
+    switch (d / 16) { /* a row's vectors known at compile time, the loops unrolled: gpt-oss has d = 64 */
     case 4: scores_nc_avx512(k, t, d, q, g, s, ss, 4); break;
     case 8: scores_nc_avx512(k, t, d, q, g, s, ss, 8); break;
     default: scores_nc_avx512(k, t, d, q, g, s, ss, d / 16); break;
