@@ -73,8 +73,9 @@ typedef struct neural_kernels {
     /* out[l] = neural_expf(x[l]) for l < 16, its exact operations (NULL: the scalar code) */
     void (*exp16)(const float *x, float *out);
     /* decode attention's scores for g query heads: s[j * ss + i] = dot(k[i * d ..], q[j * d ..]) for the keys
-       i < t and heads j < g, each in the canonical order of gemv4_bf16 (16 lanes, one fma each, the tree); each
-       K row is converted once for all g heads and 16 sums share one tree (NULL: gemv4_bf16 per head) */
+       i < t and heads j < g, each in the canonical order of gemv4_bf16 (16 lanes, one fma each, the tree); K is
+       converted once per block of 16 rows for all g heads, and a head's 16 keys share one tree (NULL: gemv4_bf16
+       per head) */
     void (*scores_bf16)(const uint16_t *k, int t, int d, const float *q, int g, float *s, size_t ss);
 } neural_kernels;
 

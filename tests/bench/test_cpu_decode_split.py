@@ -15,9 +15,10 @@ def test_split_counts_each_part(tiny_model: Path, capsys: pytest.CaptureFixture[
     from engine.checkpoint import Checkpoint
 
     cfg = Checkpoint.open(tiny_model).config
-    rc = cpu_decode_split.main([str(tiny_model), "--threads", "1", "--tokens", "3", "--json"])
+    rc = cpu_decode_split.main([str(tiny_model), "--threads", "1", "--tokens", "3", "--depth", "5", "--json"])
     assert rc == 0
     d = json.loads(capsys.readouterr().out.strip())
+    assert d["depth"] == 5
     parts = d["parts"]
     assert {"q_proj", "k_proj", "v_proj", "o_proj", "router", "head", "experts", "attention"} <= set(parts)
     h, layers = cfg.hidden_size, cfg.num_hidden_layers
@@ -29,7 +30,8 @@ def test_split_counts_each_part(tiny_model: Path, capsys: pytest.CaptureFixture[
     assert d["tok_s_MEASURED"] > 0 and d["ms_per_token_split"] > 0
 
 
-def test_bad_tokens_are_named(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("flag", ["--tokens", "--depth"])
+def test_bad_counts_are_named(tiny_model: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
     with pytest.raises(SystemExit):
-        cpu_decode_split.main([str(tiny_model), "--tokens", "0"])
-    assert "--tokens" in capsys.readouterr().err
+        cpu_decode_split.main([str(tiny_model), flag, "0"])
+    assert flag in capsys.readouterr().err
