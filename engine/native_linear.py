@@ -53,3 +53,26 @@ class NativeLinear:
             self._views.clear()
             return None
         return torch.from_numpy(out).to(torch.bfloat16).reshape(*x.shape[:-1], rows)
+
+    def many(self, x: torch.Tensor, pairs: list[tuple[torch.Tensor, torch.Tensor | None]]) -> list[torch.Tensor] | None:
+        """``[F.linear(x, w, b) for w, b in pairs]`` for one bf16 row in one pass of the thread team (a decode
+        token's q, k and v: the same bits as three calls, without two of the team's starts and ends), or None
+        where it does not apply."""
+        if not self.enabled or x.device.type != "cpu" or x.dtype != torch.bfloat16 or not 1 <= len(pairs) <= 8:
+            return None
+        cols = pairs[0][0].shape[-1]
+        for w, b in pairs:
+            if w.dtype != torch.bfloat16 or w.dim() != 2 or not w.is_contiguous() or w.shape[1] != cols \
+                    or x.numel() != cols or cols % 16 \
+                    or (b is not None and (b.dtype != torch.bfloat16 or not b.is_contiguous())):
+                return None
+        try:
+            outs = self.kernel.linear_bf16_n([self._bits(w) for w, _ in pairs],
+                                             [None if b is None else self._bits(b) for _, b in pairs],
+                                             [w.shape[0] for w, _ in pairs], cols, x.reshape(cols).float().numpy())
+        except Exception as exc:  # the kernel is an optimisation: fall back, say why once
+            log.warning("native bf16 projections unavailable (%s); using the PyTorch paths", exc)
+            self.enabled = False
+            self._views.clear()
+            return None
+        return [torch.from_numpy(o).to(torch.bfloat16).reshape(*x.shape[:-1], o.shape[0]) for o in outs]

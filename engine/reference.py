@@ -278,9 +278,13 @@ class ReferenceModel:
         cfg = self.cfg
         p = f"model.layers.{layer}.self_attn."
         T = x.shape[0]
-        q = self.linear(x, self.w(p + "q_proj.weight"), self.w(p + "q_proj.bias")).view(T, cfg.num_attention_heads, -1)
-        k = self.linear(x, self.w(p + "k_proj.weight"), self.w(p + "k_proj.bias")).view(T, cfg.num_key_value_heads, -1)
-        v = self.linear(x, self.w(p + "v_proj.weight"), self.w(p + "v_proj.bias")).view(T, cfg.num_key_value_heads, -1)
+        qkv = [(self.w(p + f"{n}_proj.weight"), self.w(p + f"{n}_proj.bias")) for n in "qkv"]
+        # one decode row: q, k and v in one native call (native_linear.py), else one projection each
+        many = getattr(self._native, "many", None) if T == 1 else None  # NativeLinear.many; a plain Projection has none
+        got = many(x, qkv) if many is not None else None
+        q, k, v = got if got is not None else [self.linear(x, w, b) for w, b in qkv]
+        q = q.view(T, cfg.num_attention_heads, -1)
+        k, v = k.view(T, cfg.num_key_value_heads, -1), v.view(T, cfg.num_key_value_heads, -1)
         cos, sin = self._rope(positions)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k_all, v_all = cache.append(layer, k.transpose(0, 1), v.transpose(0, 1))

@@ -279,6 +279,32 @@ class NativeKernel:
         return out
 
 
+    def linear_bf16_n(self, ws: Sequence[Pointerish], biases: Sequence[Pointerish | None], rows: Sequence[int],
+                      cols: int, x: np.ndarray, outs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """:meth:`linear_bf16` for up to 8 matrices over the same ``x`` in one pass of the thread team (same bits
+        as one call each): ``ws[m]`` bf16 [rows[m], cols], ``biases[m]`` bf16 [rows[m]] or None; fp32 outputs."""
+        n = len(ws)
+        if not 1 <= n <= 8 or len(biases) != n or len(rows) != n or (outs is not None and len(outs) != n):
+            raise ValueError(f"1 to 8 matrices, each with a bias (or None) and a row count: got {n}, "
+                             f"{len(biases)}, {len(rows)}")
+        xx = np.ascontiguousarray(x, dtype=np.float32)
+        if xx.shape != (cols,):
+            raise ValueError(f"x has shape {xx.shape}, expected ({cols},)")
+        res = [np.empty(r, np.float32) for r in rows] if outs is None else list(outs)
+        wps, bps, ops = self.ffi.new("const uint16_t *[]", n), self.ffi.new("const uint16_t *[]", n), \
+            self.ffi.new("float *[]", n)
+        for m in range(n):
+            for a, cnt, what in ((ws[m], rows[m] * cols, "w"), (biases[m], rows[m], "bias")):
+                if isinstance(a, np.ndarray) and (a.itemsize != 2 or a.size != cnt):
+                    raise ValueError(f"{what}[{m}] must hold {cnt} bf16 values (2-byte items), got {a.dtype}{a.shape}")
+            wps[m] = self.pointer(ws[m], "const uint16_t *")[0]
+            bps[m] = self.ffi.NULL if biases[m] is None else self.pointer(biases[m], "const uint16_t *")[0]
+            ops[m] = self._f32(res[m], (rows[m],), f"out[{m}]", writable=True)
+        rc = self.lib.neural_linear_bf16_n(n, wps, bps, self.ffi.new("int[]", [int(r) for r in rows]), cols,
+                                           self.ffi.cast("const float *", self.ffi.from_buffer(xx)), ops)
+        self._check(rc, "linear_bf16_n")
+        return res
+
     def attn_decode_bf16(self, k: int, v: int, head_stride: int, kv_heads: int, t: int, q: np.ndarray,
                          sinks: np.ndarray, scale: float, round_p: bool, out: np.ndarray | None = None) -> np.ndarray:
         """One query token's attention over bf16 K/V at the addresses ``k`` and ``v`` (kept alive by the

@@ -239,15 +239,18 @@ static void swiglu_pairs(const neural_kernels *kf, const float *h, long npairs, 
 }
 
 /* ---- bf16 projections (the CPU engine's one-token dense layers) ---- */
+#define NEURAL_MAX_LINEAR_N 8 /* matrices one neural_linear_bf16_n call takes */
+
+/* up to NEURAL_MAX_LINEAR_N matrices over one x; a chunk index runs through the first matrix's chunks,
+   then the second's, ... (first[m]: the index of matrix m's first chunk; first[n]: the count) */
 typedef struct {
-    const uint16_t *w, *bias;
-    long rows;
-    int cols;
+    const uint16_t *w[NEURAL_MAX_LINEAR_N], *bias[NEURAL_MAX_LINEAR_N];
+    long rows[NEURAL_MAX_LINEAR_N], first[NEURAL_MAX_LINEAR_N + 1];
+    float *out[NEURAL_MAX_LINEAR_N];
+    int n, cols;
     const float *x;
-    float *out;
     const neural_kernels *kf;
     volatile long next;
-    long nchunks;
 } linear_job;
 
 #define CH_LINEAR 64 /* rows per chunk: 368 KB of a 2880-wide bf16 matrix */
@@ -269,27 +272,42 @@ static void gemv_rows(const neural_kernels *kf, const uint16_t *w, int cols, con
 static void linear_work(void *ctx, int tid) {
     (void)tid;
     linear_job *j = (linear_job *)ctx;
+    int m = 0;
     for (;;) {
         long c = neural_next_chunk(&j->next);
-        if (c >= j->nchunks) break;
-        long r0 = c * CH_LINEAR, r1 = r0 + CH_LINEAR < j->rows ? r0 + CH_LINEAR : j->rows;
-        gemv_rows(j->kf, j->w, j->cols, j->x, r0, r1, j->out + r0);
-        if (j->bias)
-            for (long r = r0; r < r1; r++) j->out[r] = j->out[r] + bf16_float(j->bias[r]);
+        if (c >= j->first[j->n]) break;
+        while (c >= j->first[m + 1]) m++; /* chunks are handed out in increasing order: m only grows */
+        const long rows = j->rows[m];
+        long r0 = (c - j->first[m]) * CH_LINEAR, r1 = r0 + CH_LINEAR < rows ? r0 + CH_LINEAR : rows;
+        float *out = j->out[m];
+        gemv_rows(j->kf, j->w[m], j->cols, j->x, r0, r1, out + r0);
+        if (j->bias[m])
+            for (long r = r0; r < r1; r++) out[r] = out[r] + bf16_float(j->bias[m][r]);
     }
+}
+
+int neural_linear_bf16_n(int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows, int cols,
+                         const float *x, float *const *out) {
+    if (n < 1 || n > NEURAL_MAX_LINEAR_N || !w || !rows || !x || !out || cols < 16 || cols % 16) return NEURAL_EINVAL;
+    linear_job j;
+    memset(&j, 0, sizeof j);
+    for (int m = 0; m < n; m++) {
+        if (!w[m] || !out[m] || rows[m] < 1) return NEURAL_EINVAL;
+        j.w[m] = w[m], j.bias[m] = bias ? bias[m] : NULL, j.rows[m] = rows[m], j.out[m] = out[m];
+        j.first[m + 1] = j.first[m] + (rows[m] + CH_LINEAR - 1) / CH_LINEAR;
+    }
+    j.n = n, j.cols = cols, j.x = x;
+    nm_lock(&api_lock);
+    ensure_init();
+    j.kf = kern;
+    neural_team_run(linear_work, &j);
+    nm_unlock(&api_lock);
+    return NEURAL_OK;
 }
 
 int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int cols, const float *x, float *out) {
     if (!w || !x || !out || rows < 1 || cols < 16 || cols % 16) return NEURAL_EINVAL;
-    nm_lock(&api_lock);
-    ensure_init();
-    linear_job j;
-    memset(&j, 0, sizeof j);
-    j.w = w, j.bias = bias, j.rows = rows, j.cols = cols, j.x = x, j.out = out, j.kf = kern;
-    j.nchunks = (rows + CH_LINEAR - 1) / CH_LINEAR;
-    neural_team_run(linear_work, &j);
-    nm_unlock(&api_lock);
-    return 0;
+    return neural_linear_bf16_n(1, &w, &bias, &rows, cols, x, &out);
 }
 
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a) {

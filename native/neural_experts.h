@@ -176,6 +176,12 @@ float neural_expf(float x);
  * from +0, then the NUMERICS tree, then + bias in fp32. Rows are split over the thread team;
  * every ISA path gives the same bits. The CPU engine's one-token projections (dense layers, head). */
 int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int cols, const float *x, float *out);
+/* neural_linear_bf16 for n (1..8) matrices w[m] [rows[m]][cols] over the same x, in one pass of the team:
+ * out[m] gets exactly the bits neural_linear_bf16(w[m], bias[m], rows[m], cols, x, out[m]) gives (bias NULL or
+ * bias[m] NULL: no bias). One call instead of n saves the team's start and end per matrix, which is most of a small
+ * matrix's time (a decode token's k, v: 2.9 MB each). */
+int neural_linear_bf16_n(int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows, int cols,
+                         const float *x, float *const *out);
 /* One query token's attention over bf16 K/V (the CPU engine's decode), per query head r = kv * group + j:
  * s_i = fp32(dot(q[r], K[kv][i])) * scale over the t keys (dot in neural_linear_bf16's 16-lane order),
  * m = max(sinks[r], s_0 .. s_{t-1}), e_i = neural_expf(s_i - m), denom = ((e_0 + e_1) + ...) + neural_expf(sinks[r] - m)

@@ -56,13 +56,18 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8) -> dict[str, Any]:
     nbytes: dict[str, float] = defaultdict(float)
     record = int(experts_fn.__self__.record_bytes)
 
-    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None:
-        a = time.perf_counter()
-        y = native(x, w, b)
-        k = _kind(names.get(id(w), "other.linear"))
-        spent[k] += time.perf_counter() - a
-        nbytes[k] += w.numel() * 2 + (0 if b is None else b.numel() * 2)
-        return y
+    class Linear:  # the projections, timed: one call each, or q, k and v together (NativeLinear.many)
+        def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None:
+            return self.many(x, [(w, b)], one=True)
+
+        def many(self, x: torch.Tensor, pairs: list[tuple[torch.Tensor, torch.Tensor | None]],
+                 one: bool = False) -> Any:
+            a = time.perf_counter()
+            y = native(x, *pairs[0]) if one else native.many(x, pairs)
+            k = "qkv_proj" if len(pairs) == 3 else _kind(names.get(id(pairs[0][0]), "other.linear"))
+            spent[k] += time.perf_counter() - a
+            nbytes[k] += sum(w.numel() * 2 + (0 if b is None else b.numel() * 2) for w, b in pairs)
+            return y
 
     def experts(layer: int, t: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor, **kw: Any) -> torch.Tensor:
         a = time.perf_counter()
@@ -79,7 +84,7 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8) -> dict[str, Any]:
         spent["attention"] += time.perf_counter() - a
         return y
 
-    model._native, model.experts_fn, model._native_attn = linear, experts, attention
+    model._native, model.experts_fn, model._native_attn = Linear(), experts, attention
     try:
         t0 = time.perf_counter()
         for t in feed[depth + 2 * tokens : depth + 3 * tokens]:

@@ -20,10 +20,10 @@ def test_split_counts_each_part(tiny_model: Path, capsys: pytest.CaptureFixture[
     d = json.loads(capsys.readouterr().out.strip())
     assert d["depth"] == 5
     parts = d["parts"]
-    assert {"q_proj", "k_proj", "v_proj", "o_proj", "router", "head", "experts", "attention"} <= set(parts)
+    assert {"qkv_proj", "o_proj", "router", "head", "experts", "attention"} <= set(parts)
     h, layers = cfg.hidden_size, cfg.num_hidden_layers
-    q_bytes = cfg.num_attention_heads * cfg.head_dim * h * 2 + cfg.num_attention_heads * cfg.head_dim * 2
-    assert parts["q_proj"]["MB_per_token"] * 1e6 == pytest.approx(layers * q_bytes)
+    qkv_rows = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim
+    assert parts["qkv_proj"]["MB_per_token"] * 1e6 == pytest.approx(layers * qkv_rows * (h + 1) * 2)  # weights, bias
     assert parts["head"]["MB_per_token"] * 1e6 == pytest.approx(cfg.vocab_size * h * 2)
     assert parts["experts"]["MB_per_token"] > 0
     assert d["floor_ms_CALCULATED"] == pytest.approx(d["MB_per_token"] / d["probe_GB_s_MEASURED"], rel=1e-6)

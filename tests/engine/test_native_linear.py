@@ -56,3 +56,41 @@ def test_cpu_engine_decode_uses_it_and_agrees(tiny_model):
         assert int(a.argmax()) == int(b.argmax())
     layers = ck.config.num_hidden_layers
     assert calls[0] == 1 + 3 * (layers * 5 + 1)  # q, k, v, o, router per layer and the head, per token
+
+
+def test_many_gives_each_projections_bits():
+    lin = NativeLinear(load_kernel())
+    x = _bf16(1, 2880, seed=3)
+    pairs = [(_bf16(r, 2880, seed=r) * 0.05, _bf16(r, seed=r + 1) if r != 512 else None) for r in (4096, 512, 300)]
+    got = lin.many(x, pairs)
+    assert got is not None and [g.shape for g in got] == [(1, 4096), (1, 512), (1, 300)]
+    for g, (w, b) in zip(got, pairs, strict=True):
+        one = lin(x, w, b)
+        assert one is not None and torch.equal(g.view(torch.int16), one.view(torch.int16))
+    assert lin.many(_bf16(2, 2880, seed=1), pairs) is None  # a prompt's rows: GEMMs
+    assert lin.many(x, [(_bf16(8, 2880, seed=1), None), (_bf16(8, 64, seed=2), None)]) is None  # widths differ
+
+
+def test_cpu_engine_decode_with_qkv_in_one_call_is_bit_identical(tiny_model):
+    """The decode's q, k and v in one native call (NativeLinear.many) against one call each: the same logits, bit for
+    bit, token after token (the K/V they append feed every later token)."""
+    ck = Checkpoint.open(tiny_model)
+    lin = NativeLinear(load_kernel())
+    fused = [0]
+
+    class Counting:  # NativeLinear, counting the fused calls
+        def __call__(self, x, w, b=None):
+            return lin(x, w, b)
+
+        def many(self, x, pairs):
+            fused[0] += 1
+            return lin.many(x, pairs)
+
+    one_call = ReferenceBackend(ck, torch.bfloat16, native_linear=Counting())
+    each = ReferenceBackend(ck, torch.bfloat16, native_linear=lambda x, w, b=None: lin(x, w, b))
+    ids = list(range(3, 23))
+    one_call.forward(ids), each.forward(ids)
+    for tok in (5, 9, 11, 40):
+        a, b = one_call.forward([tok]), each.forward([tok])
+        assert a.dtype == b.dtype and a.float().numpy().tobytes() == b.float().numpy().tobytes()
+    assert fused[0] == 4 * ck.config.num_hidden_layers  # every decode layer, never the prompt

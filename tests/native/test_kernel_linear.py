@@ -1,5 +1,6 @@
 """neural_linear_bf16 (the CPU engine's one-token bf16 projections) against the same-order fp32
-reference, bit for bit, on every ISA path and thread count, with and without a bias."""
+reference, bit for bit, on every ISA path and thread count, with and without a bias; neural_linear_bf16_n
+(several matrices over one x in one pass of the team) against the reference too."""
 
 from __future__ import annotations
 
@@ -66,3 +67,36 @@ def test_bad_arguments_are_refused(kernel: NativeKernel) -> None:
         kernel.linear_bf16(w, 8, 48, x, bias[:4].copy())
     with pytest.raises(ValueError, match="x has shape"):
         kernel.linear_bf16(w, 8, 48, x[:32])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_several_matrices_in_one_call_match_the_reference_bit_for_bit(kernel: NativeKernel, isa: str) -> None:
+    """q, k and v of a decode token in one call: each matrix gets the reference's bits, whatever its chunk count
+    (1 row, a partial 64-row chunk, several chunks), with and without biases, at 1 to 3 threads."""
+    isa_or_skip(kernel, isa)
+    rng = np.random.default_rng(5)
+    x = R.bf16_to_f32(bf16_bits(rng.standard_normal(2880)))
+    mats = [bf16_bits(rng.standard_normal((rows, 2880)) * 0.05) for rows in (300, 1, 64, 7)]
+    biases = [bf16_bits(rng.standard_normal(m.shape[0])) for m in mats]
+    biases[2] = None  # type: ignore[call-overload]
+    for threads in (1, 2, 3):
+        kernel.set_threads(threads)
+        got = kernel.linear_bf16_n(mats, biases, [m.shape[0] for m in mats], 2880, x)
+        for m, b, g in zip(mats, biases, got, strict=True):
+            assert np.array_equal(g.view(np.uint32), reference(m, x, b).view(np.uint32)), (m.shape, threads)
+
+
+def test_several_matrices_bad_arguments_are_refused(kernel: NativeKernel) -> None:
+    w, bias, x = case(8, 48, 1)
+    with pytest.raises(ValueError, match="1 to 8 matrices"):
+        kernel.linear_bf16_n([], [], [], 48, x)
+    with pytest.raises(ValueError, match="1 to 8 matrices"):
+        kernel.linear_bf16_n([w] * 9, [None] * 9, [8] * 9, 48, x)
+    with pytest.raises(ValueError, match="1 to 8 matrices"):
+        kernel.linear_bf16_n([w, w], [None], [8, 8], 48, x)
+    with pytest.raises(ValueError, match=r"w\[1\] must hold"):
+        kernel.linear_bf16_n([w, w], [None, None], [8, 9], 48, x)
+    with pytest.raises(ValueError, match=r"bias\[0\] must hold"):
+        kernel.linear_bf16_n([w], [bias[:4].copy()], [8], 48, x)
+    with pytest.raises(KernelError):
+        kernel.linear_bf16_n([w.reshape(-1)[: 8 * 40].copy()], [None], [8], 40, x[:40])  # columns not a multiple of 16

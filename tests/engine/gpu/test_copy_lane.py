@@ -31,7 +31,6 @@ from engine.gpu.prefill.direct import MappedExperts
 from engine.plan import SLOT_PARTS
 from engine.settings import EngineSettings, SettingsError
 
-
 # half of the decode tests' tokens: each lane test runs a model under the interpreter twice (20 s with all 12 on
 # 2 cores); 6 tokens still send 2 misses a layer down the lane on every token
 LANE_TOKENS = TOKENS[:6]
