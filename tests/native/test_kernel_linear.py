@@ -39,7 +39,8 @@ def case(rows: int, cols: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.nd
 @pytest.mark.parametrize("isa", ISAS)
 def test_linear_matches_reference_bit_for_bit(kernel: NativeKernel, isa: str) -> None:
     isa_or_skip(kernel, isa)
-    for rows, cols, threads in ((131, 2880, 2), (7, 64, 1), (3, 16, 3), (64, 4096, 2)):  # tails of 1-3 rows
+    # tails of 1-3 rows; chunks of 4 to 64 rows (a matrix is cut in two chunks a thread, at most 64 rows each)
+    for rows, cols, threads in ((131, 2880, 2), (7, 64, 1), (3, 16, 3), (64, 4096, 2), (128, 2880, 8), (301, 64, 5)):
         kernel.set_threads(threads)
         w, bias, x = case(rows, cols, rows)
         for b in (bias, None):
@@ -72,14 +73,14 @@ def test_bad_arguments_are_refused(kernel: NativeKernel) -> None:
 @pytest.mark.parametrize("isa", ISAS)
 def test_several_matrices_in_one_call_match_the_reference_bit_for_bit(kernel: NativeKernel, isa: str) -> None:
     """q, k and v of a decode token in one call: each matrix gets the reference's bits, whatever its chunk count
-    (1 row, a partial 64-row chunk, several chunks), with and without biases, at 1 to 3 threads."""
+    (1 row, a partial 64-row chunk, several chunks), with and without biases, at 1 to 8 threads."""
     isa_or_skip(kernel, isa)
     rng = np.random.default_rng(5)
     x = R.bf16_to_f32(bf16_bits(rng.standard_normal(2880)))
     mats = [bf16_bits(rng.standard_normal((rows, 2880)) * 0.05) for rows in (300, 1, 64, 7)]
     biases = [bf16_bits(rng.standard_normal(m.shape[0])) for m in mats]
     biases[2] = None  # type: ignore[call-overload]
-    for threads in (1, 2, 3):
+    for threads in (1, 2, 3, 8):
         kernel.set_threads(threads)
         got = kernel.linear_bf16_n(mats, biases, [m.shape[0] for m in mats], 2880, x)
         for m, b, g in zip(mats, biases, got, strict=True):
