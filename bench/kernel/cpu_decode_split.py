@@ -1,13 +1,14 @@
 """Where a CPU-engine decode token goes: the native kernels, their bytes, and everything else.
 
-    python -m bench.kernel.cpu_decode_split CKPT [--threads 2] [--tokens 48] [--depth 8] [--json]
+    python -m bench.kernel.cpu_decode_split CKPT [--threads 2] [--tokens 48] [--depth 8] [--separate-qkv] [--json]
 
 Loads CKPT on the CPU engine (the shipping path: native experts, native one-token projections and
 attention, bf16), decodes ``--tokens`` teacher-forced tokens once plainly (the tok/s a user gets)
 and once with each native entry point timed (the split), and reads the checkpoint's expert bytes
 once with the same thread team (the DRAM probe). It prints ms per token and GB/s per part, the
 bytes a token must read, and the floor those bytes set at the probe's rate (CALCULATED): the time
-no arrangement of the same arithmetic can beat on this machine.
+no arrangement of the same arithmetic can beat on this machine. ``--separate-qkv`` runs q, k and v as one
+native call each (as before ``neural_linear_bf16_n``), the baseline of an A/B in one build.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _kind(name: str) -> str:
     return name.split(".")[-2]  # q_proj, k_proj, v_proj, o_proj, router
 
 
-def run(ckpt: str, threads: int, tokens: int, depth: int = 8) -> dict[str, Any]:
+def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool = False) -> dict[str, Any]:
     import torch
 
     from engine.session import Engine
@@ -42,6 +43,8 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8) -> dict[str, Any]:
         raise ValueError("the native CPU engine did not load (see `neural doctor`); nothing to split")
     experts_fn, native = model.experts_fn, model._native
     kernel, cfg = native.kernel, model.cfg
+    if separate_qkv:  # a projection without many(): the reference runs q, k and v one call each
+        model._native = lambda x, w, b=None: native(x, w, b)
     feed = [int(i) for i in np.random.default_rng(0).integers(100, min(cfg.vocab_size, 30000), 3 * tokens + depth)]
     be.forward(feed[:depth])  # the prompt; every dense weight is loaded from here on
     for t in feed[depth : depth + tokens]:  # warm: first touch of the experts' pages is not decode
@@ -62,6 +65,8 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8) -> dict[str, Any]:
 
         def many(self, x: torch.Tensor, pairs: list[tuple[torch.Tensor, torch.Tensor | None]],
                  one: bool = False) -> Any:
+            if separate_qkv and not one:
+                return None
             a = time.perf_counter()
             y = native(x, *pairs[0]) if one else native.many(x, pairs)
             k = "qkv_proj" if len(pairs) == 3 else _kind(names.get(id(pairs[0][0]), "other.linear"))
@@ -107,7 +112,7 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8) -> dict[str, Any]:
     token_bytes = sum(nbytes.values()) / tokens
     return {"ckpt": ckpt, "threads": threads, "tokens": tokens, "depth": depth, "isa": kernel.isa,
             "tok_s_MEASURED": 1.0 / plain_s, "ms_per_token_MEASURED": 1e3 * plain_s,
-            "ms_per_token_split": 1e3 * split_s, "parts": parts,
+            "ms_per_token_split": 1e3 * split_s, "parts": parts, "separate_qkv": separate_qkv,
             "other_ms_per_token": 1e3 * (split_s - native_s),
             "MB_per_token": token_bytes / 1e6, "probe_GB_s_MEASURED": probe / 1e9,
             "floor_ms_CALCULATED": 1e3 * token_bytes / probe, "floor_tok_s_CALCULATED": probe / token_bytes}
@@ -119,12 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2, help="the native team (the CPU engine's threads)")
     p.add_argument("--tokens", type=int, default=48, help="decode tokens per phase (warm, plain, split)")
     p.add_argument("--depth", type=int, default=8, help="prompt tokens before the decode (the context's depth)")
+    p.add_argument("--separate-qkv", action="store_true", help="q, k and v one native call each (the old path)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.tokens < 1 or a.threads < 1 or a.depth < 1:
         p.error("--tokens, --threads and --depth must be >= 1")
     try:
-        r = run(a.ckpt, a.threads, a.tokens, a.depth)
+        r = run(a.ckpt, a.threads, a.tokens, a.depth, a.separate_qkv)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -30,6 +30,13 @@ def test_split_counts_each_part(tiny_model: Path, capsys: pytest.CaptureFixture[
     assert d["tok_s_MEASURED"] > 0 and d["ms_per_token_split"] > 0
 
 
+def test_separate_qkv_times_each_projection(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cpu_decode_split.main([str(tiny_model), "--threads", "1", "--tokens", "2", "--separate-qkv", "--json"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out.strip())
+    assert d["separate_qkv"] and {"q_proj", "k_proj", "v_proj"} <= set(d["parts"]) and "qkv_proj" not in d["parts"]
+
+
 @pytest.mark.parametrize("flag", ["--tokens", "--depth"])
 def test_bad_counts_are_named(tiny_model: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
     with pytest.raises(SystemExit):
