@@ -7,18 +7,14 @@
 # ~190 s after the machine starts (CALCULATED from session 20's call 1 timeline). $OUT: cal-N.json, table.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-T0=$(date +%s)
-export T0
-OUT=${OUT:-/tmp/neural-out}
-mkdir -p "$OUT"
+# shellcheck source=bench/device/env.sh
+NATIVE_LOG=/tmp/cal_native_build.log . bench/device/env.sh  # sets $OUT, $T0, $PY, scaled_pool
 LOG=$OUT/cal.log
 RUNS=${RUNS:-4}
 CK=/dev/shm/neural-peer/synth-18l
 CKC=$CK-calibrated
 export NEURAL_CACHE_DIR=/tmp/cal-repeat-cache
 rm -rf "$NEURAL_CACHE_DIR"
-# shellcheck source=bench/device/env.sh
-NATIVE_LOG=/tmp/cal_native_build.log . bench/device/env.sh
 [ -f "$CK/SYNTHETIC.json" ] || timeout 200 "$PY" -m app.cli.main synth --preset 120b-shape --layers 18 --seed 1 \
   --jobs 8 --fast --out "$CK" >>"$LOG" 2>&1
 [ -f "$CKC/SYNTHETIC.json" ] || timeout 120 "$PY" -m app.cli.main synth --like "$CK" --routing calibrated \
