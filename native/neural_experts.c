@@ -247,13 +247,13 @@ typedef struct {
     const uint16_t *w[NEURAL_MAX_LINEAR_N], *bias[NEURAL_MAX_LINEAR_N];
     long rows[NEURAL_MAX_LINEAR_N], first[NEURAL_MAX_LINEAR_N + 1];
     float *out[NEURAL_MAX_LINEAR_N];
-    int n, cols, ch; /* ch: rows per chunk, a multiple of 4 */
+    int n, cols;
     const float *x;
     const neural_kernels *kf;
     volatile long next;
 } linear_job;
 
-#define CH_LINEAR 64 /* rows per chunk at most: 368 KB of a 2880-wide bf16 matrix */
+#define CH_LINEAR 64 /* rows per chunk: 368 KB of a 2880-wide bf16 matrix */
 
 /* out[r - r0] = dot(w[r], x) for the bf16 rows r0..r1-1 of width cols, 4 rows per gemv4_bf16 call
    (a tail of 1-3 rows repeats its last row) */
@@ -278,7 +278,7 @@ static void linear_work(void *ctx, int tid) {
         if (c >= j->first[j->n]) break;
         while (c >= j->first[m + 1]) m++; /* chunks are handed out in increasing order: m only grows */
         const long rows = j->rows[m];
-        long r0 = (c - j->first[m]) * j->ch, r1 = r0 + j->ch < rows ? r0 + j->ch : rows;
+        long r0 = (c - j->first[m]) * CH_LINEAR, r1 = r0 + CH_LINEAR < rows ? r0 + CH_LINEAR : rows;
         float *out = j->out[m];
         gemv_rows(j->kf, j->w[m], j->cols, j->x, r0, r1, out + r0);
         if (j->bias[m])
@@ -291,22 +291,14 @@ int neural_linear_bf16_n(int n, const uint16_t *const *w, const uint16_t *const 
     if (n < 1 || n > NEURAL_MAX_LINEAR_N || !w || !rows || !x || !out || cols < 16 || cols % 16) return NEURAL_EINVAL;
     linear_job j;
     memset(&j, 0, sizeof j);
-    long total = 0;
     for (int m = 0; m < n; m++) {
         if (!w[m] || !out[m] || rows[m] < 1) return NEURAL_EINVAL;
-        total += rows[m];
-    }
-    nm_lock(&api_lock);
-    ensure_init();
-    /* a small matrix (the router's 128 rows) in at least two chunks per thread, so that every thread of the team
-       streams part of it (64-row chunks left 6 of 8 threads idle); each row's bits do not depend on its chunk */
-    long per = total / (2L * neural_team_size());
-    j.ch = per >= CH_LINEAR ? CH_LINEAR : per < 4 ? 4 : (int)(per & ~3L);
-    for (int m = 0; m < n; m++) {
         j.w[m] = w[m], j.bias[m] = bias ? bias[m] : NULL, j.rows[m] = rows[m], j.out[m] = out[m];
-        j.first[m + 1] = j.first[m] + (rows[m] + j.ch - 1) / j.ch;
+        j.first[m + 1] = j.first[m] + (rows[m] + CH_LINEAR - 1) / CH_LINEAR;
     }
     j.n = n, j.cols = cols, j.x = x;
+    nm_lock(&api_lock);
+    ensure_init();
     j.kf = kern;
     neural_team_run(linear_work, &j);
     nm_unlock(&api_lock);

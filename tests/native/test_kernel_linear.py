@@ -39,7 +39,7 @@ def case(rows: int, cols: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.nd
 @pytest.mark.parametrize("isa", ISAS)
 def test_linear_matches_reference_bit_for_bit(kernel: NativeKernel, isa: str) -> None:
     isa_or_skip(kernel, isa)
-    # tails of 1-3 rows; chunks of 4 to 64 rows (a matrix is cut in two chunks a thread, at most 64 rows each)
+    # tails of 1-3 rows; a last chunk shorter than 64 rows; up to 8 threads
     for rows, cols, threads in ((131, 2880, 2), (7, 64, 1), (3, 16, 3), (64, 4096, 2), (128, 2880, 8), (301, 64, 5)):
         kernel.set_threads(threads)
         w, bias, x = case(rows, cols, rows)
