@@ -38,19 +38,26 @@ class NativeLinear:
             self._views[id(t)] = hit
         return hit[1]
 
+    def _applies(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> bool:
+        return self.enabled and x.device.type == "cpu" and x.dtype == torch.bfloat16 and w.dtype == torch.bfloat16 \
+            and w.dim() == 2 and w.is_contiguous() and x.numel() == w.shape[1] and w.shape[1] % 16 == 0 \
+            and (b is None or (b.dtype == torch.bfloat16 and b.is_contiguous()))
+
+    def _give_up(self, exc: Exception) -> None:
+        """The kernel is an optimisation: fall back to the PyTorch paths from now on, say why once."""
+        log.warning("native bf16 projections unavailable (%s); using the PyTorch paths", exc)
+        self.enabled = False
+        self._views.clear()
+
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None:
-        if not self.enabled or x.device.type != "cpu" or x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16 \
-                or w.dim() != 2 or not w.is_contiguous() or x.numel() != w.shape[1] or w.shape[1] % 16 \
-                or (b is not None and (b.dtype != torch.bfloat16 or not b.is_contiguous())):
+        if not self._applies(x, w, b):
             return None
         rows, cols = w.shape
         try:
             out = self.kernel.linear_bf16(self._bits(w), rows, cols, x.reshape(cols).float().numpy(),
                                           None if b is None else self._bits(b))
-        except Exception as exc:  # the kernel is an optimisation: fall back, say why once
-            log.warning("native bf16 projections unavailable (%s); using the PyTorch paths", exc)
-            self.enabled = False
-            self._views.clear()
+        except Exception as exc:
+            self._give_up(exc)
             return None
         return torch.from_numpy(out).to(torch.bfloat16).reshape(*x.shape[:-1], rows)
 
@@ -58,21 +65,14 @@ class NativeLinear:
         """``[F.linear(x, w, b) for w, b in pairs]`` for one bf16 row in one pass of the thread team (a decode
         token's q, k and v: the same bits as three calls, without two of the team's starts and ends), or None
         where it does not apply."""
-        if not self.enabled or x.device.type != "cpu" or x.dtype != torch.bfloat16 or not 1 <= len(pairs) <= 8:
-            return None
-        cols = pairs[0][0].shape[-1]
-        for w, b in pairs:
-            if w.dtype != torch.bfloat16 or w.dim() != 2 or not w.is_contiguous() or w.shape[1] != cols \
-                    or x.numel() != cols or cols % 16 \
-                    or (b is not None and (b.dtype != torch.bfloat16 or not b.is_contiguous())):
-                return None
+        if not 1 <= len(pairs) <= 8 or not all(self._applies(x, w, b) for w, b in pairs):
+            return None  # _applies: every matrix as wide as x, so all of the same width
+        cols = x.numel()
         try:
             outs = self.kernel.linear_bf16_n([self._bits(w) for w, _ in pairs],
                                              [None if b is None else self._bits(b) for _, b in pairs],
                                              [w.shape[0] for w, _ in pairs], cols, x.reshape(cols).float().numpy())
-        except Exception as exc:  # the kernel is an optimisation: fall back, say why once
-            log.warning("native bf16 projections unavailable (%s); using the PyTorch paths", exc)
-            self.enabled = False
-            self._views.clear()
+        except Exception as exc:
+            self._give_up(exc)
             return None
         return [torch.from_numpy(o).to(torch.bfloat16).reshape(*x.shape[:-1], o.shape[0]) for o in outs]

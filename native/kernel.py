@@ -263,21 +263,29 @@ class NativeKernel:
         """``w @ x + bias`` for a bf16 matrix ``w`` [rows, cols] (bits: a uint16/int16 array or a
         pointer kept alive by the caller), ``bias`` bf16 [rows] or None, ``x`` fp32 [cols]; fp32
         [rows] in the order of neural_experts.h, on the thread team. ``cols`` a multiple of 16."""
-        xx = np.ascontiguousarray(x, dtype=np.float32)
-        if xx.shape != (cols,):
-            raise ValueError(f"x has shape {xx.shape}, expected ({cols},)")
-        for a, n, what in ((w, rows * cols, "w"), (bias, rows, "bias")):
-            if isinstance(a, np.ndarray) and (a.itemsize != 2 or a.size != n):
-                raise ValueError(f"{what} must hold {n} bf16 values (2-byte items), got {a.dtype}{a.shape}")
+        xp = self._x_f32(x, cols)
+        wp, bp = self._bf16_matrix(w, bias, rows, cols)
         if out is None:
             out = np.empty(rows, np.float32)
-        wp = self.pointer(w, "const uint16_t *")[0]
-        bp = self.ffi.NULL if bias is None else self.pointer(bias, "const uint16_t *")[0]
-        xp = self.ffi.cast("const float *", self.ffi.from_buffer(xx))
         rc = self.lib.neural_linear_bf16(wp, bp, rows, cols, xp, self._f32(out, (rows,), "out", writable=True))
         self._check(rc, "linear_bf16")
         return out
 
+    def _x_f32(self, x: np.ndarray, cols: int) -> Any:
+        """``x`` as a contiguous fp32 [cols] cdata array, which keeps a converted copy alive while it lives."""
+        xx = np.ascontiguousarray(x, dtype=np.float32)
+        if xx.shape != (cols,):
+            raise ValueError(f"x has shape {xx.shape}, expected ({cols},)")
+        return self.ffi.from_buffer("float[]", xx)
+
+    def _bf16_matrix(self, w: Pointerish, bias: Pointerish | None, rows: int, cols: int,
+                     tag: str = "") -> tuple[Any, Any]:
+        """Pointers to a bf16 matrix [rows, cols] and its bias [rows] (or NULL), the sizes of arrays checked."""
+        for a, n, what in ((w, rows * cols, "w"), (bias, rows, "bias")):
+            if isinstance(a, np.ndarray) and (a.itemsize != 2 or a.size != n):
+                raise ValueError(f"{what}{tag} must hold {n} bf16 values (2-byte items), got {a.dtype}{a.shape}")
+        return (self.pointer(w, "const uint16_t *")[0],
+                self.ffi.NULL if bias is None else self.pointer(bias, "const uint16_t *")[0])
 
     def linear_bf16_n(self, ws: Sequence[Pointerish], biases: Sequence[Pointerish | None], rows: Sequence[int],
                       cols: int, x: np.ndarray, outs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
@@ -287,21 +295,14 @@ class NativeKernel:
         if not 1 <= n <= 8 or len(biases) != n or len(rows) != n or (outs is not None and len(outs) != n):
             raise ValueError(f"1 to 8 matrices, each with a bias (or None) and a row count: got {n}, "
                              f"{len(biases)}, {len(rows)}")
-        xx = np.ascontiguousarray(x, dtype=np.float32)
-        if xx.shape != (cols,):
-            raise ValueError(f"x has shape {xx.shape}, expected ({cols},)")
+        xp = self._x_f32(x, cols)
         res = [np.empty(r, np.float32) for r in rows] if outs is None else list(outs)
         wps, bps, ops = self.ffi.new("const uint16_t *[]", n), self.ffi.new("const uint16_t *[]", n), \
             self.ffi.new("float *[]", n)
         for m in range(n):
-            for a, cnt, what in ((ws[m], rows[m] * cols, "w"), (biases[m], rows[m], "bias")):
-                if isinstance(a, np.ndarray) and (a.itemsize != 2 or a.size != cnt):
-                    raise ValueError(f"{what}[{m}] must hold {cnt} bf16 values (2-byte items), got {a.dtype}{a.shape}")
-            wps[m] = self.pointer(ws[m], "const uint16_t *")[0]
-            bps[m] = self.ffi.NULL if biases[m] is None else self.pointer(biases[m], "const uint16_t *")[0]
+            wps[m], bps[m] = self._bf16_matrix(ws[m], biases[m], rows[m], cols, f"[{m}]")
             ops[m] = self._f32(res[m], (rows[m],), f"out[{m}]", writable=True)
-        rc = self.lib.neural_linear_bf16_n(n, wps, bps, self.ffi.new("int[]", [int(r) for r in rows]), cols,
-                                           self.ffi.cast("const float *", self.ffi.from_buffer(xx)), ops)
+        rc = self.lib.neural_linear_bf16_n(n, wps, bps, self.ffi.new("int[]", [int(r) for r in rows]), cols, xp, ops)
         self._check(rc, "linear_bf16_n")
         return res
 
