@@ -88,6 +88,8 @@ class StepStats:
     adm_refresh: float = 0.0  # the last layer's adm_after and the policy's end-of-token step, while the tail runs
     tail: float = 0.0
     lane: float = 0.0  # the copy lane's host time: its copies and graph queued, its result waited for and added
+    lane_start: float = 0.0  # ... of which queueing (on the critical path: the CPU experts start after it)
+    lane_wait: float = 0.0  # ... of which waiting for the lane after the CPU's part, and adding its result
     lane_experts: int = 0  # misses computed by the copy lane
     hits: int = 0
     routed: int = 0
@@ -220,6 +222,7 @@ class Decoder:
                         lane.start(layer, lane_ids, lane_w, part)
                         tl4 = time.perf_counter()
                         st.lane += tl4 - tr
+                        st.lane_start += tl4 - tr
                 out = c.np_cpu_moe[layer % 2]
                 heads = {part[0]: lane.inter - part[2]} if part is not None and lane is not None else None
                 self.misses.compute(layer, c.np_t, miss_ids, miss_w, out,
@@ -233,6 +236,7 @@ class Decoder:
                         st.lane_experts += len(lane_ids) + (part is not None)
                         tl6 = time.perf_counter()
                         st.lane += tl6 - tl5
+                        st.lane_wait += tl6 - tl5
                         tl5 = tl6
                 launched = tl1 - tl0
                 if early:

@@ -64,6 +64,7 @@ def test_lane_decode_matches_the_reference(tiny_ck: Checkpoint) -> None:
     # no hot set: every routed expert is a miss, 2 of each layer's 4 go down the lane
     assert st.lane_experts == len(LANE_TOKENS) * tiny_ck.config.num_hidden_layers * 2
     assert "gpu_lane" in st.phases_ms()
+    assert 0 < st.lane_start and 0 < st.lane_wait and abs(st.lane_start + st.lane_wait - st.lane) < 1e-9
     close_to_reference(got, ref)
     # the same experts on the GPU's bf16 kernels instead of the CPU's fp32 ones, summed in another order: the
     # spread of a resident against a CPU-computed expert, well inside the reference's bound
