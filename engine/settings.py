@@ -62,6 +62,10 @@ class EngineSettings:
     # misses at CPU 0.30 / lane 0.35 ms an expert, CALCULATED). Off: session 18 measured no gain on its one host
     # (uniform 81.7 -> 82.2 tok/s, A B B A, where the CPU ran twice the lane's speed; docs/performance.md)
     decode_lane_split: bool = False
+    # with the copy lane: a layer's CPU misses start on the native kernel's worker threads before this thread queues
+    # the lane's copies (~0.1 ms a layer of runtime calls, 1.7-2.1 ms a token at 18 layers, which the CPU experts
+    # had waited for: session 21, H200 machine, MEASURED), and it joins them after. False: queue, then compute
+    decode_lane_beside: bool = True
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
@@ -132,7 +136,7 @@ class EngineSettings:
             raise bad("prompt_block", "must be between 16 and 16384")
         if type(self.early_poll_ns) is not int or not 0 <= self.early_poll_ns <= 100_000:
             raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
-        for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split"):
+        for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split", "decode_lane_beside"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):

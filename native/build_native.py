@@ -47,6 +47,9 @@ int neural_get_prefetch(void);
 int64_t neural_record_bytes(const neural_shape *s);
 int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
                      const float *x, float *out);
+int neural_moe_token_begin(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                           const float *x, float *out);
+int neural_moe_token_end(void);
 int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
                          const float *weights, float *out);
 int neural_expert_groups(const neural_shape *s, const neural_expert *const *experts, const int32_t *counts,

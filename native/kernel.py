@@ -7,9 +7,10 @@ Buffers handed to the kernel are pinned by the :class:`ExpertRef` that points at
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -169,14 +170,33 @@ class NativeKernel:
     def moe_token(self, shape: Any, experts: Sequence[ExpertRef], weights: np.ndarray, x: np.ndarray,
                   out: np.ndarray) -> None:
         """out[H] = sum_e weights[e] * expert_e(x), experts accumulated in the given order."""
+        rc = self.lib.neural_moe_token(*self._moe_args(shape, experts, weights, x, out))
+        self._check(int(rc), "moe_token")
+
+    def _moe_args(self, shape: Any, experts: Sequence[ExpertRef], weights: np.ndarray, x: np.ndarray,
+                  out: np.ndarray) -> tuple[Any, ...]:
         k = len(experts)
         if not 1 <= k <= MAX_K:
             raise ValueError(f"1..{MAX_K} experts per call, got {k}")
         h = int(shape.hidden)
         arr = self.ffi.new("neural_expert *[]", [e.cdata for e in experts])
-        rc = self.lib.neural_moe_token(shape, arr, self._f32(weights, (k,), "weights"), k,
-                                       self._f32(x, (h,), "x"), self._f32(out, (h,), "out", True))
-        self._check(int(rc), "moe_token")
+        return (shape, arr, self._f32(weights, (k,), "weights"), k, self._f32(x, (h,), "x"),
+                self._f32(out, (h,), "out", True))
+
+    @contextlib.contextmanager
+    def moe_token_beside(self, shape: Any, experts: Sequence[ExpertRef], weights: np.ndarray, x: np.ndarray,
+                         out: np.ndarray) -> Iterator[None]:
+        """:meth:`moe_token` with the caller's own work beside it: the worker threads start on the token, the
+        with-block runs, and leaving it joins the caller to them, so ``out`` then holds moe_token's bits. The block
+        must not call this kernel (its lock is held until the block ends, an exception included) and must leave
+        ``weights`` and ``out`` alone."""
+        args = self._moe_args(shape, experts, weights, x, out)  # the cdata in args live until the join
+        self._check(int(self.lib.neural_moe_token_begin(*args)), "moe_token")
+        try:
+            yield
+        finally:
+            rc = int(self.lib.neural_moe_token_end())
+        self._check(rc, "moe_token")
 
     def expert_tokens(self, shape: Any, expert: ExpertRef, x: np.ndarray, weights: np.ndarray,
                       out: np.ndarray) -> None:

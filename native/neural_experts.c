@@ -715,9 +715,16 @@ static void moe_work(void *ctx, int tid) {
     stream_fence();
 }
 
-/* the one-token call, under api_lock (also the multi-token call's path for one token) */
-static int moe_token_locked(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
-                            const float *x, float *out) {
+/* The one-token call, under api_lock (also the multi-token call's path for one token), in two halves: begin plans the
+   job and starts the team's workers on it, end joins the caller as thread 0, waits, and sums the experts in routing
+   order. The units are handed out dynamically and each is computed the same way by whichever thread takes it, so
+   the bits do not depend on when the caller joins. */
+static moe_job job; /* one call at a time (api_lock) */
+static const float *job_weights;
+static float *job_out;
+
+static int moe_token_begin_locked(const neural_shape *s, const neural_expert *const *experts, const float *weights,
+                                  int k, const float *x, float *out) {
     int H = s->hidden, I = s->intermediate;
     size_t nf = (size_t)H + (size_t)k * (size_t)I; /* floats, then as many bf16 words (+ alignment) */
     size_t yo = ((nf + 15) & ~(size_t)15) + ((nf / 2 + 16 + 15) & ~(size_t)15);
@@ -729,7 +736,6 @@ static int moe_token_locked(const neural_shape *s, const neural_expert *const *e
     for (int i = 0; i < H; i++) buf[neural_perm_index(i)] = input_value(s->bf16_inputs, x[i], &bits[i]);
     for (int e = 0; e < k; e++)
         if (experts[e]->capture) capture_rest(s, experts[e]);
-    static moe_job job; /* one call at a time (api_lock) */
     moe_job *j = &job;
     memset(j, 0, sizeof *j);
     j->s = s, j->ex = experts, j->k = k, j->zx = buf, j->act = buf + H, j->kf = kernels_for(s);
@@ -737,23 +743,67 @@ static int moe_token_locked(const neural_shape *s, const neural_expert *const *e
     j->units = (moe_unit *)(buf + uo);
     for (int e = 0; e < k; e++) j->gu_rows[e] = 2 * expert_units(s, experts[e]);
     j->nunits = plan_units((moe_unit *)(buf + uo), k, j->gu_rows, H, neural_team_size());
-    neural_team_run(moe_work, j);
-    for (int r = 0; r < H; r++) {
+    job_weights = weights, job_out = out;
+    neural_team_start(moe_work, j);
+    return NEURAL_OK;
+}
+
+static int moe_token_end_locked(void) {
+    moe_job *j = &job;
+    neural_team_join();
+    const float *weights = job_weights;
+    for (long r = 0; r < j->s->hidden; r++) {
         float acc = weights[0] * j->y[r];
-        for (int e = 1; e < k; e++) acc = acc + weights[e] * j->y[(size_t)e * (size_t)H + r];
-        out[r] = acc;
+        for (int e = 1; e < j->k; e++) acc = acc + weights[e] * j->y[(size_t)e * (size_t)j->s->hidden + r];
+        job_out[r] = acc;
     }
     return (int)j->err;
 }
 
+static int moe_token_locked(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                            const float *x, float *out) {
+    int rc = moe_token_begin_locked(s, experts, weights, k, x, out);
+    return rc != NEURAL_OK ? rc : moe_token_end_locked();
+}
+
+static int moe_args_ok(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                       const float *x, const float *out) {
+    if (!shape_ok(s) || !experts || !weights || !x || !out || k < 1 || k > NEURAL_MAX_K) return 0;
+    for (int e = 0; e < k; e++)
+        if (!expert_ok(experts[e]) || !expert_units(s, experts[e])) return 0;
+    return 1;
+}
+
 int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
                      const float *x, float *out) {
-    if (!shape_ok(s) || !experts || !weights || !x || !out || k < 1 || k > NEURAL_MAX_K) return NEURAL_EINVAL;
-    for (int e = 0; e < k; e++)
-        if (!expert_ok(experts[e]) || !expert_units(s, experts[e])) return NEURAL_EINVAL;
+    if (!moe_args_ok(s, experts, weights, k, x, out)) return NEURAL_EINVAL;
     nm_lock(&api_lock);
     ensure_init();
     int rc = moe_token_locked(s, experts, weights, k, x, out);
+    nm_unlock(&api_lock);
+    return rc;
+}
+
+static volatile long begun = 0; /* a begin whose end has not come: that thread holds api_lock */
+
+int neural_moe_token_begin(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                           const float *x, float *out) {
+    if (!moe_args_ok(s, experts, weights, k, x, out)) return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    int rc = moe_token_begin_locked(s, experts, weights, k, x, out);
+    if (rc != NEURAL_OK) {
+        nm_unlock(&api_lock);
+        return rc;
+    }
+    a_store(&begun, 1);
+    return NEURAL_OK;
+}
+
+int neural_moe_token_end(void) {
+    if (!a_load(&begun)) return NEURAL_EINVAL; /* no begin to end (the lock is not ours to release) */
+    int rc = moe_token_end_locked();
+    a_store(&begun, 0);
     nm_unlock(&api_lock);
     return rc;
 }

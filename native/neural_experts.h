@@ -154,6 +154,13 @@ int64_t neural_record_bytes(const neural_shape *s);
 /* k experts of one layer for one token: out[H] = sum_e w[e] * expert_e(x). */
 int neural_moe_token(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
                      const float *x, float *out);
+/* neural_moe_token in two halves, the same bits: begin checks the arguments, starts the worker threads on the token
+   and returns at once (holding the API lock); end, from the same thread, joins them, writes out and releases the
+   lock. Between the two the caller may do work of its own (queue GPU copies) but must call nothing else here, and
+   experts, weights and out must stay valid. end without a begin: NEURAL_EINVAL. */
+int neural_moe_token_begin(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                           const float *x, float *out);
+int neural_moe_token_end(void);
 /* ntok (<= NEURAL_MAX_TOKENS) tokens through one expert: out[t][H] = w[t] * expert(x[t]). */
 int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
                          const float *weights, float *out);

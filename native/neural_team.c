@@ -93,13 +93,10 @@ int neural_team_size(void) { return team.n; }
 
 void neural_team_set_spin(int us) { a_store(&team.spin_us, us < 0 ? 0 : us); }
 
-void neural_team_run(neural_job_fn fn, void *ctx) {
-    if (team.n <= 1) {
-        fn(ctx, 0);
-        return;
-    }
+void neural_team_start(neural_job_fn fn, void *ctx) {
     team.fn = fn;
     team.ctx = ctx;
+    if (team.n <= 1) return;
 #if NEURAL_X86
     team.csr = _mm_getcsr();
 #endif
@@ -108,12 +105,21 @@ void neural_team_run(neural_job_fn fn, void *ctx) {
     a_add(&team.gen, 1);
     nc_broadcast(&team_cv);
     nm_unlock(&team_m);
-    fn(ctx, 0);
+}
+
+void neural_team_join(void) {
+    team.fn(team.ctx, 0);
+    if (team.n <= 1) return;
     unsigned spins = 0;
     while (a_load(&team.done) < team.n - 1) {
         cpu_relax();
         if ((++spins & 255) == 0) thread_yield();
     }
+}
+
+void neural_team_run(neural_job_fn fn, void *ctx) {
+    neural_team_start(fn, ctx);
+    neural_team_join();
 }
 
 long neural_next_chunk(volatile long *counter) { return a_add(counter, 1); }

@@ -123,6 +123,7 @@ class GpuBackend:
             self.decoder.early_launch = settings.early_launch
             self.decoder.lane_early = settings.early_poll_ns > 0
             self.load_phases.update(self.core.capture_s)
+        self.decoder.lane_beside = settings.decode_lane_beside
         if settings.decode_lane != "off":
             self._start_lane()
         self.ram_residency = self._start_ram_residency()

@@ -9,8 +9,9 @@ VRAM slot (copy-on-compute). ``TorchMisses`` is the PyTorch fallback with the sa
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -32,6 +33,13 @@ class MissExperts(Protocol):
         """out[H] = sum_k weights[k] * expert_k(x) (zeros if no experts); for each expert in
         ``captures`` also write its slot-layout bytes into that (pinned, uint8) buffer. ``heads``: experts
         computed over their first n gate_up units only (the copy lane computes the rest; never captured)."""
+        ...
+
+    def compute_beside(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
+                       captures: dict[int, np.ndarray], heads: dict[int, int] | None = None
+                       ) -> contextlib.AbstractContextManager[None]:
+        """:meth:`compute` while the with-block does other work (the copy lane's queueing); ``out`` holds the result
+        when the block ends. The block must not compute experts itself."""
         ...
 
     def prefault(self) -> float:
@@ -58,6 +66,12 @@ class NativeMisses:
     def compute(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
                 captures: dict[int, np.ndarray], heads: dict[int, int] | None = None) -> None:
         self.experts.moe_token(layer, experts, weights, x, out, captures, heads)
+
+    def compute_beside(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
+                       captures: dict[int, np.ndarray], heads: dict[int, int] | None = None
+                       ) -> contextlib.AbstractContextManager[None]:
+        # the kernel's worker threads compute while the block runs on this one, which joins them at its end
+        return self.experts.moe_token_beside(layer, experts, weights, x, out, captures, heads)
 
 
 class TorchMisses:
@@ -89,6 +103,12 @@ class TorchMisses:
             if e in captures:
                 self.layout.pack_expert(self.ck, layer, e, captures[e])
         out[:] = acc.numpy()
+
+    @contextlib.contextmanager
+    def compute_beside(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
+                       captures: dict[int, np.ndarray], heads: dict[int, int] | None = None) -> Iterator[None]:
+        self.compute(layer, x, experts, weights, out, captures, heads)  # no threads of its own: first, then the block
+        yield
 
 
 def make_miss_experts(ck: Checkpoint, layout: ExpertLayout, threads: int, prefer_native: bool = True) -> MissExperts:

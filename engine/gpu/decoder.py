@@ -87,8 +87,10 @@ class StepStats:
     adm_after: float = 0.0  # the previous layer's copies started and routing scored, while this one runs
     adm_refresh: float = 0.0  # the last layer's adm_after and the policy's end-of-token step, while the tail runs
     tail: float = 0.0
-    lane: float = 0.0  # the copy lane's host time: its copies and graph queued, its result waited for and added
-    lane_start: float = 0.0  # ... of which queueing (on the critical path: the CPU experts start after it)
+    # the copy lane's host time: its copies and graph queued (inside ``cpu`` with lane_beside), its result waited
+    # for and added
+    lane: float = 0.0
+    lane_start: float = 0.0  # ... of which queueing (beside the CPU experts' worker threads, inside ``cpu``)
     lane_wait: float = 0.0  # ... of which waiting for the lane after the CPU's part, and adding its result
     lane_experts: int = 0  # misses computed by the copy lane
     hits: int = 0
@@ -124,6 +126,7 @@ class Decoder:
         # leave the critical path. Only where the core captured those graphs (a GPU); the backend sets it from
         # EngineSettings.early_launch (on by default).
         self.early_launch = False
+        self.lane_beside = True  # CPU misses start before the lane's copies are queued (settings.decode_lane_beside)
         self.late_steps = 0  # early-launched steps decoded again because a wait gave up (GpuCore.np_late)
         # a machine where the waits keep giving up (a driver that holds queued work back, a host far slower than
         # the bound) pays ~1 s per late token: after this many late steps in a row the process decodes the plain
@@ -218,15 +221,28 @@ class Decoder:
                 tl4 = tr = time.perf_counter()  # tr: the routing read and split (admission's adm_route)
                 if lane is not None and miss_ids:
                     miss_ids, miss_w, lane_ids, lane_w, part = lane.split(layer, miss_ids, miss_w, keep=caps)
-                    if lane_ids or part is not None:
+                out = c.np_cpu_moe[layer % 2]
+                heads = {part[0]: lane.inter - part[2]} if part is not None and lane is not None else None
+                cap_np = {e: self.capture_np[b] for e, b in caps.items()} if caps else {}
+                sends = lane is not None and (bool(lane_ids) or part is not None)
+                if sends and self.lane_beside:
+                    assert lane is not None
+                    # the CPU kernel's workers start first and this thread queues the lane's copies beside them
+                    # (~0.1 ms a layer of runtime calls, which had delayed the CPU experts), then joins them
+                    with self.misses.compute_beside(layer, c.np_t, miss_ids, miss_w, out, cap_np, heads):
+                        ts = time.perf_counter()
+                        lane.start(layer, lane_ids, lane_w, part)
+                        ts = time.perf_counter() - ts
+                    st.lane += ts
+                    st.lane_start += ts
+                else:
+                    if sends:
+                        assert lane is not None
                         lane.start(layer, lane_ids, lane_w, part)
                         tl4 = time.perf_counter()
                         st.lane += tl4 - tr
                         st.lane_start += tl4 - tr
-                out = c.np_cpu_moe[layer % 2]
-                heads = {part[0]: lane.inter - part[2]} if part is not None and lane is not None else None
-                self.misses.compute(layer, c.np_t, miss_ids, miss_w, out,
-                                    {e: self.capture_np[b] for e, b in caps.items()} if caps else {}, heads)
+                    self.misses.compute(layer, c.np_t, miss_ids, miss_w, out, cap_np, heads)
                 tl5 = tc = time.perf_counter()
                 if lane is not None:
                     share = part[2] / lane.inter if part is not None else 0.0

@@ -19,10 +19,11 @@ If the extension cannot load, :class:`native.kernel.NativeUnavailable` propagate
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -173,6 +174,27 @@ class NativeExperts:
         if not len(ids):
             out.fill(0.0)
             return out
+        self.kernel.moe_token(self.shape, self._token_refs(layer, ids, captures, heads),
+                              np.ascontiguousarray(weights, np.float32), np.ascontiguousarray(x, np.float32), out)
+        return out
+
+    @contextlib.contextmanager
+    def moe_token_beside(self, layer: int, ids: Sequence[int], weights: Sequence[float] | np.ndarray, x: np.ndarray,
+                         out: np.ndarray, captures: dict[int, np.ndarray] | None = None,
+                         heads: dict[int, int] | None = None) -> Iterator[None]:
+        """:meth:`moe_token` into ``out`` while the with-block does other work (NativeKernel.moe_token_beside: the
+        block must not call the kernel); the same bits, there when the block ends."""
+        if not len(ids):
+            out.fill(0.0)
+            yield
+            return
+        with self.kernel.moe_token_beside(self.shape, self._token_refs(layer, ids, captures, heads),
+                                          np.ascontiguousarray(weights, np.float32),
+                                          np.ascontiguousarray(x, np.float32), out):
+            yield
+
+    def _token_refs(self, layer: int, ids: Sequence[int], captures: dict[int, np.ndarray] | None,
+                    heads: dict[int, int] | None) -> list[ExpertRef]:
         if captures:
             refs = [self.ref(layer, int(e), captures.get(int(e))) for e in ids]
         else:
@@ -181,9 +203,7 @@ class NativeExperts:
         if heads:
             refs = [self.kernel.head(r, heads[int(e)]) if int(e) in heads else r
                     for e, r in zip(ids, refs, strict=True)]
-        self.kernel.moe_token(self.shape, refs, np.ascontiguousarray(weights, np.float32),
-                              np.ascontiguousarray(x, np.float32), out)
-        return out
+        return refs
 
     def expert_tokens(self, layer: int, expert: int, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         """One expert over N tokens: out[i] = w[i] * expert(x[i]) (fp32 [N, H]), in kernel calls of

@@ -64,11 +64,31 @@ def test_lane_decode_matches_the_reference(tiny_ck: Checkpoint) -> None:
     # no hot set: every routed expert is a miss, 2 of each layer's 4 go down the lane
     assert st.lane_experts == len(LANE_TOKENS) * tiny_ck.config.num_hidden_layers * 2
     assert "gpu_lane" in st.phases_ms()
-    assert 0 < st.lane_start and 0 < st.lane_wait and abs(st.lane_start + st.lane_wait - st.lane) < 1e-9
+    assert st.lane_start > 0 and st.lane_wait > 0 and abs(st.lane_start + st.lane_wait - st.lane) < 1e-9
     close_to_reference(got, ref)
     # the same experts on the GPU's bf16 kernels instead of the CPU's fp32 ones, summed in another order: the
     # spread of a resident against a CPU-computed expert, well inside the reference's bound
     assert max(rel(g, w) for g, w in zip(got, want, strict=True)) < 2.5e-2
+
+
+def test_native_cpu_experts_run_beside_the_lanes_queueing(tiny_ck: Checkpoint) -> None:
+    """With the native kernel, a layer's CPU misses start on the worker threads before the lane's copies are queued
+    (NativeMisses.compute_beside): the logits match the reference, and the lane's queueing time sits inside ``cpu``.
+    decode_lane_beside=false queues first, as before: the same logits, bit for bit."""
+    ref = reference_logits(tiny_ck, LANE_TOKENS[:3])
+    got = {}
+    for beside in (True, False):
+        be = make(tiny_ck, slots=10, scratch_slots=4, static_slots=4, native=True, decode_lane_beside=beside)
+        assert be.misses.name.startswith("native") and be.decoder.lane_beside is beside
+        greedy_lane(be, tiny_ck)
+        got[beside] = torch.stack([be.forward([t]) for t in LANE_TOKENS[:3]])
+        st = be.decoder.stats
+        assert st.lane_experts == 3 * tiny_ck.config.num_hidden_layers * 2
+        assert st.lane_start > 0
+        if beside:
+            assert st.lane_start < st.cpu
+    close_to_reference(got[True], ref)
+    assert torch.equal(got[True], got[False])
 
 
 def test_lane_output_is_the_cpus_for_the_same_experts(tiny_ck: Checkpoint) -> None:
