@@ -49,7 +49,7 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
                      const float *x, float *out);
 int neural_moe_token_begin(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
                            const float *x, float *out);
-int neural_moe_token_end(void);
+int neural_moe_token_end(double *span_us);
 int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
                          const float *weights, float *out);
 int neural_expert_groups(const neural_shape *s, const neural_expert *const *experts, const int32_t *counts,

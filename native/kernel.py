@@ -48,6 +48,13 @@ class ExpertRef:
 Pointerish = Any  # numpy array, bytes-like, or a cffi pointer
 
 
+class Span:
+    """How long a token's expert work took on the thread team (:meth:`NativeKernel.moe_token_beside`), in seconds:
+    set when its with-block ends."""
+
+    seconds: float = 0.0
+
+
 class NativeKernel:
     def __init__(self, ffi: Any, lib: Any) -> None:
         self.ffi = ffi
@@ -185,18 +192,22 @@ class NativeKernel:
 
     @contextlib.contextmanager
     def moe_token_beside(self, shape: Any, experts: Sequence[ExpertRef], weights: np.ndarray, x: np.ndarray,
-                         out: np.ndarray) -> Iterator[None]:
+                         out: np.ndarray) -> Iterator[Span]:
         """:meth:`moe_token` with the caller's own work beside it: the worker threads start on the token, the
         with-block runs, and leaving it joins the caller to them, so ``out`` then holds moe_token's bits. The block
         must not call this kernel (its lock is held until the block ends, an exception included) and must leave
-        ``weights`` and ``out`` alone."""
+        ``weights`` and ``out`` alone. The :class:`Span` it gives holds, once the block is over, the seconds from the
+        start of the work to its end, however long the block ran."""
         args = self._moe_args(shape, experts, weights, x, out)  # the cdata in args live until the join
+        span = Span()
         self._check(int(self.lib.neural_moe_token_begin(*args)), "moe_token")
+        us = self.ffi.new("double *")
         try:
-            yield
+            yield span
         finally:
-            rc = int(self.lib.neural_moe_token_end())
+            rc = int(self.lib.neural_moe_token_end(us))
         self._check(rc, "moe_token")
+        span.seconds = float(us[0]) * 1e-6
 
     def expert_tokens(self, shape: Any, expert: ExpertRef, x: np.ndarray, weights: np.ndarray,
                       out: np.ndarray) -> None:

@@ -676,6 +676,8 @@ typedef struct {
     long nunits;
     volatile long next;
     volatile long done[NEURAL_MAX_K]; /* gate_up rows finished per expert */
+    volatile long units_done;         /* units finished; the thread finishing the last one sets end_us */
+    double t0_us, end_us;             /* set by the threads taking the first unit and finishing the last */
     long gu_rows[NEURAL_MAX_K];       /* gate_up rows per expert: 2 x its units */
     volatile long err;
 } moe_job;
@@ -696,6 +698,7 @@ static void moe_work(void *ctx, int tid) {
     for (;;) {
         long c = neural_next_chunk(&j->next);
         if (c >= j->nunits) break;
+        if (c == 0) j->t0_us = now_us(); /* the span starts with the work, not with the call (one thread: at the join) */
         const moe_unit *u = &j->units[c];
         float *act = j->act + (size_t)u->e * (size_t)I;
         uint16_t *actb = j->actb + (size_t)u->e * (size_t)I;
@@ -711,6 +714,7 @@ static void moe_work(void *ctx, int tid) {
             matrix_rows(s, j->ex[u->e], j->kf, 1, (int)(j->gu_rows[u->e] / 64), act, actb, u->r0, u->r1,
                         j->y + (size_t)u->e * (size_t)H + u->r0, &j->err);
         }
+        if (a_add(&j->units_done, 1) + 1 == j->nunits) j->end_us = now_us(); /* read after the join */
     }
     stream_fence();
 }
@@ -748,9 +752,10 @@ static int moe_token_begin_locked(const neural_shape *s, const neural_expert *co
     return NEURAL_OK;
 }
 
-static int moe_token_end_locked(void) {
+static int moe_token_end_locked(double *span_us) {
     moe_job *j = &job;
     neural_team_join();
+    if (span_us) *span_us = j->end_us - j->t0_us;
     const float *weights = job_weights;
     for (long r = 0; r < j->s->hidden; r++) {
         float acc = weights[0] * j->y[r];
@@ -763,7 +768,7 @@ static int moe_token_end_locked(void) {
 static int moe_token_locked(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
                             const float *x, float *out) {
     int rc = moe_token_begin_locked(s, experts, weights, k, x, out);
-    return rc != NEURAL_OK ? rc : moe_token_end_locked();
+    return rc != NEURAL_OK ? rc : moe_token_end_locked(NULL);
 }
 
 static int moe_args_ok(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
@@ -800,9 +805,9 @@ int neural_moe_token_begin(const neural_shape *s, const neural_expert *const *ex
     return NEURAL_OK;
 }
 
-int neural_moe_token_end(void) {
+int neural_moe_token_end(double *span_us) {
     if (!a_load(&begun)) return NEURAL_EINVAL; /* no begin to end (the lock is not ours to release) */
-    int rc = moe_token_end_locked();
+    int rc = moe_token_end_locked(span_us);
     a_store(&begun, 0);
     nm_unlock(&api_lock);
     return rc;

@@ -157,10 +157,11 @@ int neural_moe_token(const neural_shape *s, const neural_expert *const *experts,
 /* neural_moe_token in two halves, the same bits: begin checks the arguments, starts the worker threads on the token
    and returns at once (holding the API lock); end, from the same thread, joins them, writes out and releases the
    lock. Between the two the caller may do work of its own (queue GPU copies) but must call nothing else here, and
-   experts, weights and out must stay valid. end without a begin: NEURAL_EINVAL. */
+   experts, weights and out must stay valid. end without a begin: NEURAL_EINVAL. span_us (or NULL): microseconds
+   from the token's first unit taken to its last unit's end, however late the caller joined. */
 int neural_moe_token_begin(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
                            const float *x, float *out);
-int neural_moe_token_end(void);
+int neural_moe_token_end(double *span_us);
 /* ntok (<= NEURAL_MAX_TOKENS) tokens through one expert: out[t][H] = w[t] * expert(x[t]). */
 int neural_expert_tokens(const neural_shape *s, const neural_expert *expert, int ntok, const float *x,
                          const float *weights, float *out);

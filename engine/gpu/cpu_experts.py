@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
 import torch
+
+from native.kernel import Span
 
 from ..checkpoint import Checkpoint
 from ..expert_cache import DequantizedExperts
@@ -37,9 +40,10 @@ class MissExperts(Protocol):
 
     def compute_beside(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
                        captures: dict[int, np.ndarray], heads: dict[int, int] | None = None
-                       ) -> contextlib.AbstractContextManager[None]:
+                       ) -> contextlib.AbstractContextManager[Span]:
         """:meth:`compute` while the with-block does other work (the copy lane's queueing); ``out`` holds the result
-        when the block ends. The block must not compute experts itself."""
+        when the block ends, and the Span given the seconds the experts took (not the block). The block must not
+        compute experts itself."""
         ...
 
     def prefault(self) -> float:
@@ -69,7 +73,7 @@ class NativeMisses:
 
     def compute_beside(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
                        captures: dict[int, np.ndarray], heads: dict[int, int] | None = None
-                       ) -> contextlib.AbstractContextManager[None]:
+                       ) -> contextlib.AbstractContextManager[Span]:
         # the kernel's worker threads compute while the block runs on this one, which joins them at its end
         return self.experts.moe_token_beside(layer, experts, weights, x, out, captures, heads)
 
@@ -106,9 +110,12 @@ class TorchMisses:
 
     @contextlib.contextmanager
     def compute_beside(self, layer: int, x: np.ndarray, experts: list[int], weights: Sequence[float], out: np.ndarray,
-                       captures: dict[int, np.ndarray], heads: dict[int, int] | None = None) -> Iterator[None]:
+                       captures: dict[int, np.ndarray], heads: dict[int, int] | None = None) -> Iterator[Span]:
+        span = Span()
+        t0 = time.perf_counter()
         self.compute(layer, x, experts, weights, out, captures, heads)  # no threads of its own: first, then the block
-        yield
+        span.seconds = time.perf_counter() - t0
+        yield span
 
 
 def make_miss_experts(ck: Checkpoint, layout: ExpertLayout, threads: int, prefer_native: bool = True) -> MissExperts:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from native.kernel import MAX_TOKENS, ExpertRef, NativeKernel, load_kernel
+from native.kernel import MAX_TOKENS, ExpertRef, NativeKernel, Span, load_kernel
 
 from .. import settings
 from .format import CHECKPOINT_PART, PART_NAMES, RecordLayout
@@ -181,17 +181,17 @@ class NativeExperts:
     @contextlib.contextmanager
     def moe_token_beside(self, layer: int, ids: Sequence[int], weights: Sequence[float] | np.ndarray, x: np.ndarray,
                          out: np.ndarray, captures: dict[int, np.ndarray] | None = None,
-                         heads: dict[int, int] | None = None) -> Iterator[None]:
+                         heads: dict[int, int] | None = None) -> Iterator[Span]:
         """:meth:`moe_token` into ``out`` while the with-block does other work (NativeKernel.moe_token_beside: the
-        block must not call the kernel); the same bits, there when the block ends."""
+        block must not call the kernel); the same bits, there when the block ends, and the Span of the work."""
         if not len(ids):
             out.fill(0.0)
-            yield
+            yield Span()
             return
         with self.kernel.moe_token_beside(self.shape, self._token_refs(layer, ids, captures, heads),
                                           np.ascontiguousarray(weights, np.float32),
-                                          np.ascontiguousarray(x, np.float32), out):
-            yield
+                                          np.ascontiguousarray(x, np.float32), out) as span:
+            yield span
 
     def _token_refs(self, layer: int, ids: Sequence[int], captures: dict[int, np.ndarray] | None,
                     heads: dict[int, int] | None) -> list[ExpertRef]:

@@ -36,13 +36,21 @@ def test_same_bits_as_moe_token_whenever_the_caller_joins(kernel: NativeKernel, 
         kernel.set_threads(threads)
         want = np.full(H, np.nan, np.float32)
         kernel.moe_token(ex.shape, ex.refs, w, x, want)
-        for pause in (0.0, 0.02):  # 20 ms: the workers take every unit before the caller joins
+        # a pause far longer than the work (scalar ~8 ms, the vector paths < 0.5 ms on the 2-core VM, MEASURED): the
+        # workers take every unit before the caller joins
+        for pause in (0.0, 0.2 if isa == "scalar" else 0.02):
             got = np.full(H, np.nan, np.float32)
-            with kernel.moe_token_beside(ex.shape, ex.refs, w, x, got):
+            t0 = time.perf_counter()
+            with kernel.moe_token_beside(ex.shape, ex.refs, w, x, got) as span:
                 x[:] = 0  # x was read at the start: the caller may reuse its buffer
                 time.sleep(pause)
+            elapsed = time.perf_counter() - t0
             x[:] = x0
             assert R.bits_equal(got, want), (threads, pause)
+            # the span is the work's, not the block's: the pause is not in it
+            assert 0 < span.seconds <= elapsed
+            if pause:
+                assert span.seconds < pause / 2, (threads, span.seconds)
     if isa == "scalar":
         assert R.bits_equal(want, R.moe32(parts, w, x, LIMIT, ALPHA, bf16))
 
@@ -72,7 +80,7 @@ def test_bad_arguments_and_an_end_without_a_begin(kernel: NativeKernel, parts) -
     no_experts = kernel.moe_token_beside(ex.shape, [], np.ones(0, np.float32), x, np.zeros(H, np.float32))
     with pytest.raises(ValueError, match="experts per call"), no_experts:
         pass
-    assert kernel.lib.neural_moe_token_end() != 0  # nothing begun: refused, and no lock released
+    assert kernel.lib.neural_moe_token_end(kernel.ffi.NULL) != 0  # nothing begun: refused, and no lock released
     out = np.empty(H, np.float32)
     kernel.moe_token(ex.shape, ex.refs, np.ones(3, np.float32), x, out)  # the kernel still works
     assert np.isfinite(out).all()

@@ -91,6 +91,23 @@ def test_native_cpu_experts_run_beside_the_lanes_queueing(tiny_ck: Checkpoint) -
     assert torch.equal(got[True], got[False])
 
 
+def test_the_split_learns_the_cpus_rate_from_its_experts_not_the_queueing(tiny_ck: Checkpoint) -> None:
+    """Beside the lane's queueing (here the interpreter's, which runs the lane's kernels inside start(): far longer
+    than the CPU's experts), the CPU's rate comes from the experts' own span. Learned from the block, a slow
+    queueing made the CPU look slow and sent the lane more work (H200 machine, session 21)."""
+    be = make(tiny_ck, slots=10, scratch_slots=4, static_slots=4, native=True)
+    lane = CopyLane(be.core, mapped(tiny_ck, be))
+    lane.rates.reset(0.3, 0.01)  # learning on: the lane is cheap, so it takes misses from the first layer on
+    be.decoder.lane = lane
+    for t in LANE_TOKENS[:3]:
+        be.forward([t])
+    st = be.decoder.stats
+    layers = 3 * tiny_ck.config.num_hidden_layers
+    assert st.lane_experts > 0 and lane.rates.cpu_samples > 0
+    start_ms = 1e3 * st.lane_start / layers
+    assert start_ms > 20 * lane.rates.cpu_ms, (start_ms, lane.rates.cpu_ms)
+
+
 def test_lane_output_is_the_cpus_for_the_same_experts(tiny_ck: Checkpoint) -> None:
     be = backend(tiny_ck)
     lane = CopyLane(be.core, mapped(tiny_ck, be), width=2)
