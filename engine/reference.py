@@ -51,6 +51,14 @@ class DecodeAttention(Protocol):
                  scale: float) -> torch.Tensor | None: ...
 
 
+class RowOps(Protocol):
+    """One decode row's rms_norm (None where it does not apply) and apply_rope in place (False where it does not)."""
+
+    def rms_norm(self, x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor | None: ...
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool: ...
+
+
 class ExpertsFn(Protocol):
     """(layer, normalized hidden [T, H], expert ids [T, k], routing weights [T, k]) -> [T, H];
     ``check`` is called between expert groups so that a long prompt can be stopped."""
@@ -229,7 +237,8 @@ class ReferenceModel:
 
     def __init__(self, ck: Checkpoint, dtype: torch.dtype = torch.float32, experts_fn: ExpertsFn | None = None,
                  expert_cache_bytes: int = 256 << 20, bf16_gemm: bool = False,
-                 native_linear: Projection | None = None, native_attention: DecodeAttention | None = None) -> None:
+                 native_linear: Projection | None = None, native_attention: DecodeAttention | None = None,
+                 native_rows: RowOps | None = None) -> None:
         self.ck = ck
         self.cfg = ck.config
         self.dtype = dtype
@@ -240,6 +249,8 @@ class ReferenceModel:
         self._native = native_linear if dtype == torch.bfloat16 else None
         # one decode token's attention on the native kernel (native_attention.py): bf16 K/V read once
         self._native_attn = native_attention if dtype == torch.bfloat16 else None
+        # one decode row's norms and RoPE on the native kernel (native_rows.py): no PyTorch dispatch per step
+        self._rows = native_rows if dtype == torch.bfloat16 else None
         self._dense: dict[str, torch.Tensor] = {}
         self._experts = DequantizedExperts(ck, dtype, expert_cache_bytes)
         self._check: Check | None = None
@@ -286,7 +297,9 @@ class ReferenceModel:
         q = q.view(T, cfg.num_attention_heads, -1)
         k, v = k.view(T, cfg.num_key_value_heads, -1), v.view(T, cfg.num_key_value_heads, -1)
         cos, sin = self._rope(positions)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        rows = self._rows if T == 1 else None
+        if rows is None or not (rows.rope(q, cos, sin) and rows.rope(k, cos, sin)):  # in place on q and k
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k_all, v_all = cache.append(layer, k.transpose(0, 1), v.transpose(0, 1))
         kvh, g, D = cfg.num_key_value_heads, cfg.gqa_group, cfg.head_dim
         # fp32 inside (exact products of the bf16 values, fp32 sums), as the GPU kernels compute;
@@ -350,6 +363,12 @@ class ReferenceModel:
             self._rope_memo = memo
         return memo[1], memo[2]
 
+    def norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """rms_norm with the gain ``name``; one bf16 row on the native kernel where it is given."""
+        gain, eps = self.w(name), self.cfg.rms_norm_eps
+        y = self._rows.rms_norm(x, gain, eps) if self._rows is not None and x.shape[0] == 1 else None
+        return y if y is not None else rms_norm(x, gain, eps)
+
     def route(self, layer: int, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         p = f"model.layers.{layer}.mlp.router."
         logits = self.linear(t, self.w(p + "weight"), self.w(p + "bias"))
@@ -386,11 +405,10 @@ class ReferenceModel:
         score memory) while the MoE still sees every token at once, so each expert's weights are
         read once per layer however long the prompt is."""
         p = f"model.layers.{i}."
-        eps = self.cfg.rms_norm_eps
         check = self._check
-        h = rms_norm(x, self.w(p + "input_layernorm.weight"), eps)
+        h = self.norm(x, p + "input_layernorm.weight")
         x = x + self.attention(i, h, positions, cache, attn_block, check)
-        t = rms_norm(x, self.w(p + "post_attention_layernorm.weight"), eps)
+        t = self.norm(x, p + "post_attention_layernorm.weight")
         idx, weights = self.route(i, t)
         if check is not None:
             check()
@@ -410,7 +428,7 @@ class ReferenceModel:
             x = self.layer(i, x, positions, cache, attn_block)
             if progress is not None:
                 progress(len(ids) * (i + 1) // layers, len(ids))
-        return rms_norm(x, self.w("model.norm.weight"), self.cfg.rms_norm_eps)
+        return self.norm(x, "model.norm.weight")
 
     @torch.inference_mode()
     def forward(self, ids: list[int], cache: KVCache | None = None, last_only: bool = False,

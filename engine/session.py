@@ -96,13 +96,14 @@ def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProg
 
             from .native_attention import NativeAttention
             from .native_linear import NativeLinear
+            from .native_rows import NativeRows
             from .store.experts_cpu import native_experts_fn  # type: ignore[import-not-found]
 
             fn = native_experts_fn(ck, threads=settings.threads(), store_path=store_path,
                                    bf16_inputs=dtype == torch.bfloat16)
             kernel = load_kernel()
             return ReferenceBackend(ck, dtype, experts_fn=fn, name="cpu-native", native_linear=NativeLinear(kernel),
-                                    native_attention=NativeAttention(kernel)), note
+                                    native_attention=NativeAttention(kernel), native_rows=NativeRows(kernel)), note
         except Exception as exc:  # the extension may be missing or fail to load: fall back, say why
             msg = f"native CPU expert kernel unavailable ({exc}); using the PyTorch reference"
             log.warning(msg)

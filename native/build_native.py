@@ -13,7 +13,7 @@ from pathlib import Path
 from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ["neural_experts.c", "neural_isa.c", "neural_team.c"]
+SOURCES = ["neural_experts.c", "neural_isa.c", "neural_team.c", "neural_rows.c"]
 
 CDEF = """
 typedef struct neural_shape {
@@ -64,6 +64,8 @@ int neural_linear_bf16_n(int n, const uint16_t *const *w, const uint16_t *const 
                          const float *x, float *const *out);
 int neural_attn_decode_bf16(const uint16_t *k, const uint16_t *v, int64_t head_stride, int kv_heads, int t, int d,
                             int group, const float *q, const float *sinks, float scale, int round_p, float *out);
+int neural_rms_norm_bf16(const uint16_t *x, const uint16_t *gain, int n, float eps, uint16_t *out);
+int neural_rope_bf16(uint16_t *x, int rows, int d, const uint16_t *cos_h, const uint16_t *sin_h);
 """
 
 

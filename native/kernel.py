@@ -337,6 +337,21 @@ class NativeKernel:
         self._check(rc, "linear_bf16_n")
         return res
 
+    def rms_norm_bf16(self, x: int, gain: int, n: int, eps: float, out: int) -> None:
+        """RMSNorm of one bf16 row of ``n`` values at address ``x`` with the bf16 gain at ``gain``, into the bf16 row
+        at ``out`` (the addresses kept alive by the caller; ``n`` a multiple of 16): neural_rows.c's order."""
+        cast = self.ffi.cast
+        rc = self.lib.neural_rms_norm_bf16(cast("const uint16_t *", x), cast("const uint16_t *", gain), n, eps,
+                                           cast("uint16_t *", out))
+        self._check(rc, "rms_norm_bf16")
+
+    def rope_bf16(self, x: int, rows: int, d: int, cos: int, sin: int) -> None:
+        """RoPE in place on ``rows`` bf16 rows of ``d`` values at address ``x``, cos/sin bf16 [d/2] at ``cos`` and
+        ``sin`` (half-split pairs, rounded as PyTorch's bf16 operations round)."""
+        rc = self.lib.neural_rope_bf16(self.ffi.cast("uint16_t *", x), rows, d, self.ffi.cast("const uint16_t *", cos),
+                                       self.ffi.cast("const uint16_t *", sin))
+        self._check(rc, "rope_bf16")
+
     def attn_decode_bf16(self, k: int, v: int, head_stride: int, kv_heads: int, t: int, q: np.ndarray,
                          sinks: np.ndarray, scale: float, round_p: bool, out: np.ndarray | None = None) -> np.ndarray:
         """One query token's attention over bf16 K/V at the addresses ``k`` and ``v`` (kept alive by the

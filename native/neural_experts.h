@@ -201,6 +201,12 @@ int neural_linear_bf16_n(int n, const uint16_t *const *w, const uint16_t *const 
 #define NEURAL_MAX_GROUP 16
 int neural_attn_decode_bf16(const uint16_t *k, const uint16_t *v, int64_t head_stride, int kv_heads, int t, int d,
                             int group, const float *q, const float *sinks, float scale, int round_p, float *out);
+/* One bf16 activation row's RMSNorm (neural_rows.c): out = bf16(gain * (x * 1 / sqrt(mean(x^2) + eps))), the
+   squares summed in 16 lanes then pairwise; n a multiple of 16. Not on the thread team (a few microseconds). */
+int neural_rms_norm_bf16(const uint16_t *x, const uint16_t *gain, int n, float eps, uint16_t *out);
+/* RoPE in place on rows x [rows][d] of bf16 (half-split pairing: element i with i + d/2), cos/sin bf16 [d/2],
+   rounded as PyTorch's bf16 operations round: x1*c, x2*s, x2*c, x1*s each to bf16, then their difference and sum. */
+int neural_rope_bf16(uint16_t *x, int rows, int d, const uint16_t *cos_h, const uint16_t *sin_h);
 /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < npairs on the current ISA path (for the tests). */
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 
