@@ -50,16 +50,8 @@ class NativeLinear:
         self._views.clear()
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None:
-        if not self._applies(x, w, b):
-            return None
-        rows, cols = w.shape
-        try:
-            out = self.kernel.linear_bf16(self._bits(w), rows, cols, x.reshape(cols).float().numpy(),
-                                          None if b is None else self._bits(b))
-        except Exception as exc:
-            self._give_up(exc)
-            return None
-        return torch.from_numpy(out).to(torch.bfloat16).reshape(*x.shape[:-1], rows)
+        got = self.many(x, [(w, b)])
+        return None if got is None else got[0]
 
     def many(self, x: torch.Tensor, pairs: list[tuple[torch.Tensor, torch.Tensor | None]]) -> list[torch.Tensor] | None:
         """``[F.linear(x, w, b) for w, b in pairs]`` for one bf16 row in one pass of the thread team (a decode
@@ -68,11 +60,14 @@ class NativeLinear:
         if not 1 <= len(pairs) <= 8 or not all(self._applies(x, w, b) for w, b in pairs):
             return None  # _applies: every matrix as wide as x, so all of the same width
         cols = x.numel()
+        xc = x.contiguous()  # bf16 in and out: no dtype copies around the call (neural_linear_bf16_nb)
+        outs = [torch.empty(*x.shape[:-1], w.shape[0], dtype=torch.bfloat16) for w, _ in pairs]
         try:
-            outs = self.kernel.linear_bf16_n([self._bits(w) for w, _ in pairs],
-                                             [None if b is None else self._bits(b) for _, b in pairs],
-                                             [w.shape[0] for w, _ in pairs], cols, x.reshape(cols).float().numpy())
+            self.kernel.linear_bf16_nb([self._bits(w) for w, _ in pairs],
+                                       [None if b is None else self._bits(b) for _, b in pairs],
+                                       [w.shape[0] for w, _ in pairs], cols, xc.data_ptr(),
+                                       [o.data_ptr() for o in outs])
         except Exception as exc:
             self._give_up(exc)
             return None
-        return [torch.from_numpy(o).to(torch.bfloat16).reshape(*x.shape[:-1], o.shape[0]) for o in outs]
+        return outs

@@ -62,6 +62,8 @@ int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a
 int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int cols, const float *x, float *out);
 int neural_linear_bf16_n(int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows, int cols,
                          const float *x, float *const *out);
+int neural_linear_bf16_nb(int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows, int cols,
+                          const uint16_t *x, uint16_t *const *out);
 int neural_attn_decode_bf16(const uint16_t *k, const uint16_t *v, int64_t head_stride, int kv_heads, int t, int d,
                             int group, const float *q, const float *sinks, float scale, int round_p, float *out);
 int neural_rms_norm_bf16(const uint16_t *x, const uint16_t *gain, int n, float eps, uint16_t *out);

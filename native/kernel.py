@@ -352,6 +352,24 @@ class NativeKernel:
                                        self.ffi.cast("const uint16_t *", sin))
         self._check(rc, "rope_bf16")
 
+    def linear_bf16_nb(self, ws: Sequence[Pointerish], biases: Sequence[Pointerish | None], rows: Sequence[int],
+                       cols: int, x: int, outs: Sequence[int]) -> None:
+        """:meth:`linear_bf16_n` on a bf16 ``x`` [cols] at address ``x``, into bf16 outputs [rows[m]] at the addresses
+        ``outs`` (kept alive by the caller), each value rounded once to nearest even: the bits of linear_bf16_n's
+        fp32 outputs as PyTorch converts them."""
+        n = len(ws)
+        if not 1 <= n <= 8 or len(biases) != n or len(rows) != n or len(outs) != n:
+            raise ValueError(f"1 to 8 matrices, each with a bias (or None), a row count and an output: got {n}, "
+                             f"{len(biases)}, {len(rows)}, {len(outs)}")
+        wps, bps, ops = self.ffi.new("const uint16_t *[]", n), self.ffi.new("const uint16_t *[]", n), \
+            self.ffi.new("uint16_t *[]", n)
+        for m in range(n):
+            wps[m], bps[m] = self._bf16_matrix(ws[m], biases[m], rows[m], cols, f"[{m}]")
+            ops[m] = self.ffi.cast("uint16_t *", outs[m])
+        rc = self.lib.neural_linear_bf16_nb(n, wps, bps, self.ffi.new("int[]", [int(r) for r in rows]), cols,
+                                            self.ffi.cast("const uint16_t *", x), ops)
+        self._check(rc, "linear_bf16_nb")
+
     def attn_decode_bf16(self, k: int, v: int, head_stride: int, kv_heads: int, t: int, q: np.ndarray,
                          sinks: np.ndarray, scale: float, round_p: bool, out: np.ndarray | None = None) -> np.ndarray:
         """One query token's attention over bf16 K/V at the addresses ``k`` and ``v`` (kept alive by the

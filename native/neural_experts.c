@@ -247,6 +247,7 @@ typedef struct {
     const uint16_t *w[NEURAL_MAX_LINEAR_N], *bias[NEURAL_MAX_LINEAR_N];
     long rows[NEURAL_MAX_LINEAR_N], first[NEURAL_MAX_LINEAR_N + 1];
     float *out[NEURAL_MAX_LINEAR_N];
+    uint16_t *outb[NEURAL_MAX_LINEAR_N]; /* bf16 outputs instead (neural_linear_bf16_nb) */
     int n, cols;
     const float *x;
     const neural_kernels *kf;
@@ -279,26 +280,58 @@ static void linear_work(void *ctx, int tid) {
         while (c >= j->first[m + 1]) m++; /* chunks are handed out in increasing order: m only grows */
         const long rows = j->rows[m];
         long r0 = (c - j->first[m]) * CH_LINEAR, r1 = r0 + CH_LINEAR < rows ? r0 + CH_LINEAR : rows;
-        float *out = j->out[m];
-        gemv_rows(j->kf, j->w[m], j->cols, j->x, r0, r1, out + r0);
+        float tmp[CH_LINEAR];
+        float *dst = j->outb[m] ? tmp : j->out[m] + r0; /* dst[r - r0]: row r */
+        gemv_rows(j->kf, j->w[m], j->cols, j->x, r0, r1, dst);
         if (j->bias[m])
-            for (long r = r0; r < r1; r++) out[r] = out[r] + bf16_float(j->bias[m][r]);
+            for (long r = r0; r < r1; r++) dst[r - r0] = dst[r - r0] + bf16_float(j->bias[m][r]);
+        if (j->outb[m])
+            for (long r = r0; r < r1; r++) j->outb[m][r] = neural_round_bf16(dst[r - r0]);
     }
+}
+
+/* the job's matrices from the arguments (fp32 or bf16 outputs: exactly one of out, outb), or 0 when one is bad */
+static int linear_setup(linear_job *j, int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows,
+                        int cols, float *const *out, uint16_t *const *outb) {
+    if (n < 1 || n > NEURAL_MAX_LINEAR_N || !w || !rows || (!out == !outb) || cols < 16 || cols % 16) return 0;
+    memset(j, 0, sizeof *j);
+    for (int m = 0; m < n; m++) {
+        if (!w[m] || (out ? !out[m] : !outb[m]) || rows[m] < 1) return 0;
+        j->w[m] = w[m], j->bias[m] = bias ? bias[m] : NULL, j->rows[m] = rows[m];
+        if (out) j->out[m] = out[m];
+        else j->outb[m] = outb[m];
+        j->first[m + 1] = j->first[m] + (rows[m] + CH_LINEAR - 1) / CH_LINEAR;
+    }
+    j->n = n, j->cols = cols;
+    return 1;
 }
 
 int neural_linear_bf16_n(int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows, int cols,
                          const float *x, float *const *out) {
-    if (n < 1 || n > NEURAL_MAX_LINEAR_N || !w || !rows || !x || !out || cols < 16 || cols % 16) return NEURAL_EINVAL;
     linear_job j;
-    memset(&j, 0, sizeof j);
-    for (int m = 0; m < n; m++) {
-        if (!w[m] || !out[m] || rows[m] < 1) return NEURAL_EINVAL;
-        j.w[m] = w[m], j.bias[m] = bias ? bias[m] : NULL, j.rows[m] = rows[m], j.out[m] = out[m];
-        j.first[m + 1] = j.first[m] + (rows[m] + CH_LINEAR - 1) / CH_LINEAR;
-    }
-    j.n = n, j.cols = cols, j.x = x;
+    if (!x || !out || !linear_setup(&j, n, w, bias, rows, cols, out, NULL)) return NEURAL_EINVAL;
+    j.x = x;
     nm_lock(&api_lock);
     ensure_init();
+    j.kf = kern;
+    neural_team_run(linear_work, &j);
+    nm_unlock(&api_lock);
+    return NEURAL_OK;
+}
+
+int neural_linear_bf16_nb(int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows, int cols,
+                          const uint16_t *x, uint16_t *const *out) {
+    linear_job j;
+    if (!x || !out || !linear_setup(&j, n, w, bias, rows, cols, NULL, out)) return NEURAL_EINVAL;
+    nm_lock(&api_lock);
+    ensure_init();
+    float *xf = workspace((size_t)cols);
+    if (!xf) {
+        nm_unlock(&api_lock);
+        return NEURAL_ENOMEM;
+    }
+    for (int i = 0; i < cols; i++) xf[i] = bf16_float(x[i]);
+    j.x = xf;
     j.kf = kern;
     neural_team_run(linear_work, &j);
     nm_unlock(&api_lock);

@@ -190,6 +190,10 @@ int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int co
  * matrix's time (a decode token's k, v: 2.9 MB each). */
 int neural_linear_bf16_n(int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows, int cols,
                          const float *x, float *const *out);
+/* neural_linear_bf16_n with a bf16 x (widened exactly) and bf16 outputs, each rounded once to nearest even (no flush
+   to zero), as PyTorch rounds the fp32 result: the bits of neural_linear_bf16_n's outputs converted by PyTorch. */
+int neural_linear_bf16_nb(int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows, int cols,
+                          const uint16_t *x, uint16_t *const *out);
 /* One query token's attention over bf16 K/V (the CPU engine's decode), per query head r = kv * group + j:
  * s_i = fp32(dot(q[r], K[kv][i])) * scale over the t keys (dot in neural_linear_bf16's 16-lane order),
  * m = max(sinks[r], s_0 .. s_{t-1}), e_i = neural_expf(s_i - m), denom = ((e_0 + e_1) + ...) + neural_expf(sinks[r] - m)

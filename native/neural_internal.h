@@ -22,6 +22,22 @@
 #define NEURAL_TARGET_AVX512BF16
 #endif
 
+/* bf16 bits <-> float as PyTorch's tensors convert them: the bits widened; rounding to nearest, ties to even, with no
+   flush to zero (a NaN becomes the quiet NaN 0x7FC0). The experts' input rounding (to_bf16 in neural_experts.c)
+   differs on purpose: it flushes magnitudes below 2^-118. */
+static inline float neural_bf16_float(uint16_t b) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)b << 16;
+    return v.f;
+}
+static inline uint16_t neural_round_bf16(float f) {
+    union { uint32_t u; float f; } v;
+    v.f = f;
+    if ((v.u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;
+    v.u += 0x7FFFu + ((v.u >> 16) & 1u);
+    return (uint16_t)(v.u >> 16);
+}
+
 #define NEURAL_MAX_G (16384 / 32)
 #define NEURAL_TOK_SEG 128                /* most blocks per decode4 call: 4 rows x 128 blocks = 64 KB of fp32 q */
 #define NEURAL_TOK_ACC_ROW (4 * 16)       /* floats per row in an accumulator tile (4 tokens x 16 lanes) */

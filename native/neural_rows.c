@@ -8,38 +8,25 @@
    PyTorch's in the last fp32 bit, and its output by one bf16 unit on the rare element next to a rounding
    boundary (tests/native/test_kernel_rows.py bounds it). */
 #include <math.h>
-#include <string.h>
 
 #include "neural_experts.h"
+#include "neural_internal.h"
 
-static float from_bf16(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* c10::BFloat16's rounding of a finite float: nearest, ties to even (a NaN becomes the quiet NaN 0x7FC0) */
-static uint16_t round_bf16(float v) {
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+static inline float f32(uint16_t b) { return neural_bf16_float(b); }
+static inline uint16_t b16(float f) { return neural_round_bf16(f); }
 
 int neural_rms_norm_bf16(const uint16_t *x, const uint16_t *gain, int n, float eps, uint16_t *out) {
     if (!x || !gain || !out || n <= 0 || n % 16) return NEURAL_EINVAL;
     float lane[16] = {0};
     for (int i = 0; i < n; i += 16)
         for (int l = 0; l < 16; l++) {
-            float t = from_bf16(x[i + l]);
+            float t = f32(x[i + l]);
             lane[l] = lane[l] + t * t; /* a bf16 value's square is exact in fp32 */
         }
     for (int w = 8; w >= 1; w /= 2) /* pairwise: lanes l and l + w */
         for (int l = 0; l < w; l++) lane[l] = lane[l] + lane[l + w];
     float r = 1.0f / sqrtf(lane[0] / (float)n + eps); /* torch.rsqrt: a correctly rounded root, then 1 / it */
-    for (int i = 0; i < n; i++) out[i] = round_bf16(from_bf16(gain[i]) * (from_bf16(x[i]) * r));
+    for (int i = 0; i < n; i++) out[i] = b16(f32(gain[i]) * (f32(x[i]) * r));
     return NEURAL_OK;
 }
 
@@ -49,11 +36,11 @@ int neural_rope_bf16(uint16_t *x, int rows, int d, const uint16_t *cos_h, const 
     for (int r = 0; r < rows; r++) {
         uint16_t *a = x + (size_t)r * (size_t)d, *b = a + h;
         for (int i = 0; i < h; i++) {
-            float x1 = from_bf16(a[i]), x2 = from_bf16(b[i]), c = from_bf16(cos_h[i]), s = from_bf16(sin_h[i]);
-            float p = from_bf16(round_bf16(x1 * c)), q = from_bf16(round_bf16(x2 * s));
-            float u = from_bf16(round_bf16(x2 * c)), v = from_bf16(round_bf16(x1 * s));
-            a[i] = round_bf16(p - q); /* x1 * c - x2 * s */
-            b[i] = round_bf16(u + v); /* x2 * c + x1 * s */
+            float x1 = f32(a[i]), x2 = f32(b[i]), c = f32(cos_h[i]), s = f32(sin_h[i]);
+            float p = f32(b16(x1 * c)), q = f32(b16(x2 * s));
+            float u = f32(b16(x2 * c)), v = f32(b16(x1 * s));
+            a[i] = b16(p - q); /* x1 * c - x2 * s */
+            b[i] = b16(u + v); /* x2 * c + x1 * s */
         }
     }
     return NEURAL_OK;

@@ -101,3 +101,42 @@ def test_several_matrices_bad_arguments_are_refused(kernel: NativeKernel) -> Non
         kernel.linear_bf16_n([w], [bias[:4].copy()], [8], 48, x)
     with pytest.raises(KernelError):
         kernel.linear_bf16_n([w.reshape(-1)[: 8 * 40].copy()], [None], [8], 40, x[:40])  # columns not a multiple of 16
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_bf16_in_and_out_is_the_fp32_call_rounded_once(kernel: NativeKernel, isa: str) -> None:
+    """neural_linear_bf16_nb: x given as bf16 bits, outputs as bf16 bits, each the fp32 call's output rounded to
+    nearest even with no flush to zero (as PyTorch's .to(bfloat16) rounds it), at 1 to 3 threads."""
+    isa_or_skip(kernel, isa)
+    rng = np.random.default_rng(9)
+    xb = bf16_bits(rng.standard_normal(2880))
+    mats = [bf16_bits(rng.standard_normal((rows, 2880)) * 0.05) for rows in (300, 1, 64)]
+    biases = [bf16_bits(rng.standard_normal(m.shape[0])) for m in mats]
+    biases[1] = None  # type: ignore[call-overload]
+    want = [bf16_bits(o) for o in kernel.linear_bf16_n(mats, biases, [m.shape[0] for m in mats], 2880,
+                                                          R.bf16_to_f32(xb))]
+    for threads in (1, 2, 3):
+        kernel.set_threads(threads)
+        outs = [np.full(m.shape[0], 0xFFFF, np.uint16) for m in mats]
+        kernel.linear_bf16_nb(mats, biases, [m.shape[0] for m in mats], 2880, xb.ctypes.data,
+                              [o.ctypes.data for o in outs])
+        for o, w_ in zip(outs, want, strict=True):
+            assert np.array_equal(o, w_), threads
+    tiny = np.zeros((1, 16), np.uint16)
+    tiny[0, 0] = bf16_bits(np.float32(2.0**-120))[()]  # 2^-120 * 1: kept, where the experts' input rounding flushes
+    one = bf16_bits(np.ones(16, np.float32))
+    out = np.zeros(1, np.uint16)
+    kernel.linear_bf16_nb([tiny], [None], [1], 16, one.ctypes.data, [out.ctypes.data])
+    assert out[0] == tiny[0, 0]
+
+
+def test_bf16_in_and_out_bad_arguments_are_refused(kernel: NativeKernel) -> None:
+    w, _, _ = case(8, 48, 1)
+    x = np.zeros(48, np.uint16)
+    out = np.zeros(8, np.uint16)
+    with pytest.raises(ValueError, match="an output"):
+        kernel.linear_bf16_nb([w], [None], [8], 48, x.ctypes.data, [])
+    with pytest.raises(KernelError, match="linear_bf16_nb"):
+        kernel.linear_bf16_nb([w], [None], [8], 48, 0, [out.ctypes.data])  # no x
+    with pytest.raises(KernelError, match="linear_bf16_nb"):
+        kernel.linear_bf16_nb([w], [None], [8], 48, x.ctypes.data, [0])  # no output
