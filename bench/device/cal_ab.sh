@@ -14,13 +14,8 @@ LOG=$OUT/cal.log
 A=${A:-}
 B=${B:-}
 ROUNDS=${ROUNDS:-2}
-CK=/dev/shm/neural-peer/synth-18l
-CKC=$CK-calibrated
 export NEURAL_CACHE_DIR=/tmp/cal-ab-cache
-[ -f "$CK/SYNTHETIC.json" ] || timeout 200 "$PY" -m app.cli.main synth --preset 120b-shape --layers 18 --seed 1 \
-  --jobs 8 --fast --out "$CK" >>"$LOG" 2>&1
-[ -f "$CKC/SYNTHETIC.json" ] || timeout 120 "$PY" -m app.cli.main synth --like "$CK" --routing calibrated \
-  --out "$CKC" >>"$LOG" 2>&1
+cal_checkpoints "$LOG"  # $CK, $CKC
 POOL=$(scaled_pool 18)
 echo "[$(( $(date +%s) - T0 )) s] checkpoints ready, pool_gib $POOL; A: $A; B: $B" | tee -a "$LOG"
 cal() {  # NAME SETTINGS...

@@ -11,14 +11,9 @@ cd "$(dirname "$0")/../.."
 NATIVE_LOG=/tmp/cal_native_build.log . bench/device/env.sh  # sets $OUT, $T0, $PY, scaled_pool
 LOG=$OUT/cal.log
 RUNS=${RUNS:-4}
-CK=/dev/shm/neural-peer/synth-18l
-CKC=$CK-calibrated
 export NEURAL_CACHE_DIR=/tmp/cal-repeat-cache
 rm -rf "$NEURAL_CACHE_DIR"
-[ -f "$CK/SYNTHETIC.json" ] || timeout 200 "$PY" -m app.cli.main synth --preset 120b-shape --layers 18 --seed 1 \
-  --jobs 8 --fast --out "$CK" >>"$LOG" 2>&1
-[ -f "$CKC/SYNTHETIC.json" ] || timeout 120 "$PY" -m app.cli.main synth --like "$CK" --routing calibrated \
-  --out "$CKC" >>"$LOG" 2>&1
+cal_checkpoints "$LOG"  # $CK, $CKC
 POOL=$(scaled_pool 18)
 echo "[$(( $(date +%s) - T0 )) s] checkpoints ready, pool_gib $POOL" | tee -a "$LOG"
 for i in $(seq 1 "$RUNS"); do

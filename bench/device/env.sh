@@ -79,3 +79,13 @@ for k in sorted(r['summary']):
 scaled_pool() {
   "$PY" -c "from bench.harness.suite import scaled_pool_gib as s; p, why = s($1, 12.0, 16384, {}); print(f'{p:.6f}')"
 }
+# cal_checkpoints LOG: the 18-layer 120b-shape checkpoint ($CK) and its calibrated-routing variant ($CKC) in
+# /dev/shm, written unless already there (cal_repeat.sh, cal_ab.sh)
+cal_checkpoints() {
+  CK=/dev/shm/neural-peer/synth-18l
+  CKC=$CK-calibrated
+  [ -f "$CK/SYNTHETIC.json" ] || timeout 200 "$PY" -m app.cli.main synth --preset 120b-shape --layers 18 --seed 1 \
+    --jobs 8 --fast --out "$CK" >>"$1" 2>&1
+  [ -f "$CKC/SYNTHETIC.json" ] || timeout 120 "$PY" -m app.cli.main synth --like "$CK" --routing calibrated \
+    --out "$CKC" >>"$1" 2>&1
+}
