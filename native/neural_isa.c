@@ -579,7 +579,9 @@ NEURAL_TARGET_AVX512 static void gemv4_avx512(const uint16_t *const w[4], const 
 /* The same sums one row after another: each row's 16 lanes in the same order, so the same bits. One sequential
    stream instead of four rows 5.8 KB apart: from DRAM, 25.7 against 19.2 GB/s at 1 thread and 44.6 against 36.0 at
    2 on Zen 4 (4096-16384 x 2880 matrices, MEASURED on the 2-core VM, session 21), slower from cache (one FMA chain):
-   the decode's dense weights come from DRAM. */
+   the decode's dense weights come from DRAM. Not in the Intel table: on a 2-core Sapphire Rapids VM it read 15.0-15.2
+   against 13.5-13.7 GB/s at 1 thread but 24.9-25.3 against 26.2-26.3 at 2 (probe 30.9; python -m
+   bench.kernel.gemv_isa, session 22, MEASURED), and decode runs on every thread. */
 NEURAL_TARGET_AVX512 static void gemv4_rows_avx512(const uint16_t *const w[4], const float *x, int n, float out[4]) {
     __m512 a[4];
     for (int r = 0; r < 4; r++) {
