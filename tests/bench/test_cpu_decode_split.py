@@ -27,6 +27,12 @@ def test_split_counts_each_part(tiny_model: Path, capsys: pytest.CaptureFixture[
     assert parts["head"]["MB_per_token"] * 1e6 == pytest.approx(cfg.vocab_size * h * 2)
     assert parts["experts"]["MB_per_token"] > 0
     assert d["floor_ms_CALCULATED"] == pytest.approx(d["MB_per_token"] / d["probe_GB_s_MEASURED"], rel=1e-6)
+    from native.kernel import load_kernel
+
+    k = load_kernel()  # every read loop probed, the floor from the best, the engine's own ISA left in place
+    assert set(d["probe_GB_s_by_isa"]) == set(k.available_isas())
+    assert d["probe_GB_s_MEASURED"] == max(d["probe_GB_s_by_isa"].values())
+    assert k.isa == d["isa"]
     assert d["tok_s_MEASURED"] > 0 and d["ms_per_token_split"] > 0
 
 
