@@ -71,8 +71,9 @@ def stream(qtbot, n_tokens: int, tok_per_s: float, busy_render: int = -1,
 
     def timed() -> None:
         t0 = time.perf_counter()
-        if state["renders"] == busy_render:
-            while time.perf_counter() - t0 < busy_s:
+        if state["renders"] == busy_render:  # spin on the thread's own CPU clock: a busy CI machine may preempt it
+            c0 = time.thread_time()
+            while time.thread_time() - c0 < busy_s:
                 pass
         state["renders"] += 1
         orig()
@@ -163,7 +164,7 @@ def test_the_probe_sees_a_render_that_works_too_long(qtbot):
     """The stall bound can fail: one render that spins 80 ms of CPU shows as at least that much
     GUI-thread work between two turns of the loop."""
     cpu, wall, *_ = stream(qtbot, 120, 120.0, busy_render=3, busy_s=0.080)
-    assert cpu >= 0.075 and wall >= cpu
+    assert cpu >= 0.075 and wall >= cpu - 0.001  # two clocks: the thread's CPU clock may run a few µs ahead
 
 
 @pytest.mark.slow
