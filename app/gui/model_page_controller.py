@@ -57,7 +57,9 @@ class ModelPageController(QObject):
         p.useRequested.connect(self.modelChosen.emit)
         p.buildStoreRequested.connect(self.build_store)
         p.removeRequested.connect(self.remove)
-        self.task: BackgroundTask | None = None  # the download or store build in progress
+        # the download or store build in progress; None once its outcome has reached this thread (its worker may
+        # still be finishing its bookkeeping, but the work has returned: the next click must not be ignored)
+        self.task: BackgroundTask | None = None
         self._cancel = threading.Event()
         self._fraction = 0.0  # of the download in progress
         self.refresh()
@@ -171,8 +173,12 @@ class ModelPageController(QObject):
             self.page.set_progress(f"Building the expert store: {done} of {total} experts", done / total if total
                                    else None)
 
-    def _finished(self, repo_id: str, path: str) -> None:
+    def _settle(self) -> None:
+        self.task = None
         self.page.set_busy(False)
+
+    def _finished(self, repo_id: str, path: str) -> None:
+        self._settle()
         self.page.set_progress("", 1.0)
         self.refresh()
         self.page.select_model(path)
@@ -181,7 +187,7 @@ class ModelPageController(QObject):
         self.storeBuilt.emit(path)
 
     def _failed(self, repo_id: str, message: str) -> None:
-        self.page.set_busy(False)
+        self._settle()
         self.refresh()
         cancelled = message.startswith(DownloadCancelled.__name__)
         self.page.set_progress("Cancelled: downloading again resumes where it stopped." if cancelled else "", 0.0)
@@ -198,13 +204,13 @@ class ModelPageController(QObject):
         task.progress.connect(self._progress)
 
         def done(store: object) -> None:
-            self.page.set_busy(False)
+            self._settle()
             self.refresh()
             self.page.set_message(f"Expert store written: {store}")
             self.storeBuilt.emit(path)
 
         def failed(msg: str, _tb: str) -> None:
-            self.page.set_busy(False)
+            self._settle()
             self.page.set_message(f"Building the store failed: {_plain(msg)}", error=True)
 
         task.succeeded.connect(done)

@@ -90,6 +90,26 @@ def test_download_shows_progress_then_lists_the_model_with_its_store(qtbot, page
     assert chosen.args == [row.path]
 
 
+def test_a_click_right_after_the_outcome_is_not_ignored(qtbot, page_ctl) -> None:
+    """The outcome reaches the GUI before the worker thread has finished its bookkeeping (on a busy machine that
+    gap can be long): "Resume download", enabled by then, must start a download, not be dropped as busy."""
+    import threading
+
+    from app.gui.tasks import BackgroundTask
+
+    hold = threading.Event()
+    old = BackgroundTask(lambda _r: hold.wait(10), "still-finishing").start()  # work returned; thread lingers
+    page_ctl.task = old
+    page_ctl._failed(REPO, "DownloadCancelled: Download cancelled")
+    try:
+        task = page_ctl.start_download(REPO)
+        assert task is not None and page_ctl.task is task
+    finally:
+        hold.set()
+        old.wait(10)
+    qtbot.waitUntil(lambda: page_ctl.task is None, timeout=30000)  # the new download's outcome
+
+
 def test_cancel_keeps_the_partial_download_which_resumes_or_is_removed(qtbot, page_ctl, hub: HubServer,
                                                                        tmp_path: Path) -> None:
     page = page_ctl.page
