@@ -81,8 +81,9 @@ def run_kernel(args: argparse.Namespace) -> int:
     print(f"store: {r.store_gib:.2f} GiB, {r.experts_in_store} experts of the 120b shape "
           f"({r.expert_bytes:,} B each, {r.format}); {r.threads} threads, {r.isa} path, {r.inputs} inputs",
           file=sys.stderr)
-    print(f"DRAM read probe : {r.probe_gbps:8.2f} GB/s")
-    print(f"expert kernel   : {r.kernel_gbps:8.2f} GB/s   ratio {r.ratio:.3f}")
+    print(f"DRAM read probe : {r.probe_gbps:8.2f} GB/s   ({r.isa} read loop)")
+    print(f"best read probe : {r.best_probe_gbps:8.2f} GB/s   ({r.best_probe_isa} read loop, the best of every ISA's)")
+    print(f"expert kernel   : {r.kernel_gbps:8.2f} GB/s   ratio {r.ratio:.3f}, {r.ratio_best:.3f} of the best")
     print(f"88 experts/token: {r.ms_per_token_88:8.2f} ms   ({r.calls} calls of 4 experts, {r.rounds} rounds)")
     return 0
 

@@ -23,30 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from bench.kernel.read_probe import probe_each_isa
+
 
 def _kind(name: str) -> str:
     if name.endswith("lm_head.weight") or name.endswith("embed_tokens.weight"):
         return "head"
     return name.split(".")[-2]  # q_proj, k_proj, v_proj, o_proj, router
-
-
-def _probe_each_isa(kernel: Any, arrays: list[Any]) -> dict[str, float]:
-    """Bytes a second of the team's read loop over ``arrays`` with each ISA's loop, the kernel's own ISA restored.
-    The floor takes the best: the read rate depends on the loop's shape (on an Intel VM the AVX2 loop read 36 GB/s
-    at 2 threads where the AVX-512 one read 30), and a floor must not sit below what the memory can give."""
-    own = kernel.isa
-    rates: dict[str, float] = {}
-    try:
-        for isa in kernel.available_isas():
-            kernel.set_isa(isa)
-            kernel.probe_read(arrays[0])  # warm
-            t0 = time.perf_counter()
-            for arr in arrays:
-                kernel.probe_read(arr)
-            rates[isa] = sum(arr.nbytes for arr in arrays) / (time.perf_counter() - t0)
-    finally:
-        kernel.set_isa(own)
-    return rates
 
 
 def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool = False) -> dict[str, Any]:
@@ -118,7 +101,7 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool
     finally:
         model._native, model.experts_fn, model._native_attn = native, experts_fn, attn
     arrays = [model.ck.array(f"model.layers.{i}.mlp.experts.gate_up_proj_blocks") for i in range(cfg.num_hidden_layers)]
-    probes = _probe_each_isa(kernel, arrays)
+    probes = probe_each_isa(kernel, [(arr, arr.nbytes) for arr in arrays])
     probe = max(probes.values())
     eng.close()
     parts = {k: {"ms_per_token": 1e3 * v / tokens, "MB_per_token": nbytes[k] / tokens / 1e6,

@@ -69,6 +69,10 @@ def test_bench_kernel_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert d["probe_gbps"] > 0 and d["kernel_gbps"] > 0 and d["threads"] == 2
     assert d["expert_bytes"] == 13_236_480 and d["experts_in_store"] == 5  # ceil(0.05 GiB / 13.2 MB)
     assert abs(d["ratio"] - d["kernel_gbps"] / d["probe_gbps"]) < 0.01
+    from native.kernel import load_kernel
+
+    assert d["best_probe_isa"] in load_kernel().available_isas()  # every read loop tried, the kernel's ISA kept
+    assert abs(d["ratio_best"] - d["kernel_gbps"] / d["best_probe_gbps"]) < 0.01
     assert d["inputs"] == "bf16"  # the engine's default dtype
     rc = main(["bench", "kernel", "--threads", "1", "--seconds", "0.1", "--rounds", "1", "--inputs", "fp32",
                "--path", str(tmp_path / "b.nstore"), "--json"])
