@@ -129,9 +129,19 @@ rm -rf "$SRC"; mkdir -p "$SRC"
 
 step "native kernel for Windows: cffi C emitted by Windows Python, compiled by MinGW-w64 against python312.dll"
 (cd "$SRC/native" && wpy -c "import build_native as b; b.ffibuilder.emit_c_code('_neural_native.c')")
+# The C sources come from build_native.SOURCES, the one list pip's build uses (read without
+# importing cffi): a hand-kept copy here missed neural_rows.c and failed the link.
+mapfile -t C_SOURCES < <(python3 -c "
+import ast, sys
+tree = ast.parse(open(sys.argv[1]).read())
+for node in tree.body:
+    if isinstance(node, ast.Assign) and any(getattr(t, 'id', '') == 'SOURCES' for t in node.targets):
+        print('\\n'.join(ast.literal_eval(node.value)))
+" "$SRC/native/build_native.py")
+[ "${#C_SOURCES[@]}" -gt 0 ] || { echo "no SOURCES in native/build_native.py" >&2; exit 1; }
 x86_64-w64-mingw32-gcc -shared -O2 -ffp-contract=off -fno-fast-math -std=gnu11 -Wa,-muse-unaligned-vector-move \
   -I"$PY/include" -I"$SRC/native" -o "$SRC/native/_neural_native.pyd" \
-  "$SRC/native/_neural_native.c" "$SRC"/native/neural_{experts,isa,team}.c "$PY/python312.dll" -static-libgcc
+  "$SRC/native/_neural_native.c" "${C_SOURCES[@]/#/$SRC/native/}" "$PY/python312.dll" -static-libgcc
 ls -l "$SRC/native/_neural_native.pyd"
 
 step "Neural installed under Windows Python from its wheel (the MinGW kernel packed by setup.py)"
