@@ -93,6 +93,13 @@ typedef struct neural_kernels {
        converted once per block of 16 rows for all g heads, and a head's 16 keys share one tree (NULL: gemv4_bf16
        per head) */
     void (*scores_bf16)(const uint16_t *k, int t, int d, const float *q, int g, float *s, size_t ss);
+    /* decode attention's softmax numerators of one head: m = the max of sink and every s[i] * scale (a NaN score
+       never wins, as in the scalar loop), then s[i] = neural_expf(s[i] * scale - m) for i < t; returns m. Products,
+       differences and exponentials as the scalar loops (NULL: those loops) */
+    float (*att_exp)(float *s, int t, float scale, float sink);
+    /* p[i] = the bf16 rounding of p[i] (to_bf16 of neural_experts.c: nearest even, NaN quiet, magnitudes below
+       2^-118 to signed zero) for i < n, as fp32 (NULL: the scalar loop) */
+    void (*round_bf16)(float *p, int n);
 } neural_kernels;
 
 /*

@@ -81,6 +81,21 @@ def test_attention_matches_reference_bit_for_bit(kernel: NativeKernel, isa: str)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (kvh, g, t, d, base, round_p)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_steep_softmax_matches_reference_bit_for_bit(kernel: NativeKernel, isa: str) -> None:
+    """A large scale spreads the scores over hundreds: probabilities below 2^-118 (which the bf16 rounding flushes
+    to zero) and exact zeros, a sink above every score, and 8 heads of a group over 16 * k keys and a tail."""
+    isa_or_skip(kernel, isa)
+    kernel.set_threads(2)
+    # (40, 0.01, 90): every probability near e^-90, below 2^-118: the rounding flushes them all and the output is 0
+    for t, scale, sink_shift in ((64, 6.0, 0.0), (83, 6.0, 0.0), (48, 0.5, 400.0), (40, 0.01, 90.0)):
+        kb, vb, q, sinks = case(2, 8, t, 64, t, t + 1)
+        sinks = (sinks + np.float32(sink_shift)).astype(np.float32)
+        got = run(kernel, kb, vb, t, q, sinks, scale, True)
+        want = reference(kb, vb, q, sinks, scale, True)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (t, scale, sink_shift)
+
+
 def test_isa_paths_and_thread_counts_agree(kernel: NativeKernel) -> None:
     kb, vb, q, sinks = case(8, 8, 700, 64, 800, 3)
     outs = {}
