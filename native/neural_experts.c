@@ -265,6 +265,13 @@ static void gemv_rows(const neural_kernels *kf, const uint16_t *w, int cols, con
         const uint16_t *wp[4];
         float o[4];
         for (int i = 0; i < 4; i++) wp[i] = w + (size_t)(r + (i < n ? i : n - 1)) * (size_t)cols;
+        /* four rows write their sums in place: copying them from o[] (a memcpy call, or one 16-byte load of four
+           4-byte stores, which store forwarding cannot serve) was a fifth of a 64-wide row's cost (decode
+           attention's scores on AVX2) */
+        if (n == 4) {
+            kf->gemv4_bf16(wp, x, cols, out + (r - r0));
+            continue;
+        }
         kf->gemv4_bf16(wp, x, cols, o);
         for (int i = 0; i < n; i++) out[r - r0 + i] = o[i];
     }

@@ -341,8 +341,91 @@ NEURAL_TARGET_AVX2 static void pv8_avx2(const uint16_t *v, int t, int d, const f
     }
 }
 
+/* neural_expf of 8 lanes: expf16_avx512's operations (the same constants and order, no contraction) with blends
+   for its masks */
+NEURAL_TARGET_AVX2 static inline __m256 expf8_avx2(const __m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ);
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-103.972084045410156f), _CMP_LT_OQ);
+    const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269502162933349609375f));
+    const __m256 big = _mm256_set1_ps(12582912.0f);
+    const __m256 n = _mm256_sub_ps(_mm256_add_ps(t, big), big);
+    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(1.428606765330187045e-06f)));
+    __m256 p = _mm256_set1_ps(1.98412698e-4f);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.38888889e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.33333333e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.16666667e-2f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.66666667e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(0.5f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), one);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), one);
+    const __m256i ni = _mm256_cvttps_epi32(n);                                         /* (int)n */
+    const __m256i n1 = _mm256_srai_epi32(_mm256_add_epi32(ni, _mm256_srli_epi32(ni, 31)), 1); /* ni / 2 */
+    const __m256i n2 = _mm256_sub_epi32(ni, n1), b127 = _mm256_set1_epi32(127);
+    const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, b127), 23));
+    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, b127), 23));
+    __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, p1), p2);
+    e = _mm256_blendv_ps(e, _mm256_setzero_ps(), under);
+    e = _mm256_blendv_ps(e, _mm256_set1_ps(HUGE_VALF), over);
+    return _mm256_blendv_ps(e, _mm256_add_ps(x, x), nan);
+}
+
+/* att_exp_avx512 in 8 lanes (vmaxps has the same NaN and zero rule); a last partial vector runs the scalar
+   operations. On an AVX2 table the scalar loops were most of a decode token's attention at depth. */
+NEURAL_TARGET_AVX2 static float att_exp_avx2(float *s, int t, float scale, float sink) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    __m256 mv = _mm256_set1_ps(sink);
+    int i = 0;
+    for (; i + 8 <= t; i += 8) {
+        const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + i), sc);
+        _mm256_storeu_ps(s + i, x);
+        mv = _mm256_max_ps(x, mv);
+    }
+    float lanes[8], m = sink;
+    _mm256_storeu_ps(lanes, mv);
+    for (int l = 0; l < 8; l++) m = lanes[l] > m ? lanes[l] : m;
+    for (int k = i; k < t; k++) {
+        s[k] = s[k] * scale;
+        m = s[k] > m ? s[k] : m;
+    }
+    const __m256 mm = _mm256_set1_ps(m);
+    for (i = 0; i + 8 <= t; i += 8) _mm256_storeu_ps(s + i, expf8_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + i), mm)));
+    for (; i < t; i++) s[i] = neural_expf(s[i] - m);
+    return m;
+}
+
+/* round_bf16_avx512 in 8 lanes (mag has no sign bit, so the signed compares order it as unsigned) */
+NEURAL_TARGET_AVX2 static void round_bf16_avx2(float *p, int n) {
+    const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7FFF);
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u), sign = _mm256_set1_epi32((int)0x80000000u);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000), inf = _mm256_set1_epi32(0x7F800000);
+    const __m256i small = _mm256_set1_epi32(0x04800000);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(p + i));
+        const __m256i mag = _mm256_and_si256(u, absm);
+        const __m256i nan = _mm256_cmpgt_epi32(mag, inf), tiny = _mm256_cmpgt_epi32(small, mag);
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(half, odd)), hi);
+        r = _mm256_blendv_epi8(r, _mm256_and_si256(u, sign), tiny);
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_and_si256(u, hi), quiet), nan);
+        _mm256_storeu_ps(p + i, _mm256_castsi256_ps(r));
+    }
+    for (; i < n; i++) {
+        union { uint32_t u; float f; } v;
+        v.f = p[i];
+        const uint32_t mag = v.u & 0x7FFFFFFFu;
+        if (mag > 0x7F800000u) v.u = (v.u & 0xFFFF0000u) | 0x00400000u;
+        else if (mag < 0x04800000u) v.u &= 0x80000000u;
+        else v.u = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) & 0xFFFF0000u;
+        p[i] = v.f;
+    }
+}
+
 const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL, gemv4_avx2,
-                                            pv8_avx2, NULL, NULL, NULL, NULL};
+                                            pv8_avx2, NULL, NULL, att_exp_avx2, round_bf16_avx2};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */

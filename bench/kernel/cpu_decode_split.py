@@ -1,6 +1,7 @@
 """Where a CPU-engine decode token goes: the native kernels, their bytes, and everything else.
 
-    python -m bench.kernel.cpu_decode_split CKPT [--threads 2] [--tokens 48] [--depth 8] [--separate-qkv] [--json]
+    python -m bench.kernel.cpu_decode_split CKPT [--threads 2] [--tokens 48] [--depth 8] [--separate-qkv] [--isa ISA]
+                                              [--json]
 
 Loads CKPT on the CPU engine (the shipping path: native experts, native one-token projections and
 attention, bf16), decodes ``--tokens`` teacher-forced tokens once plainly (the tok/s a user gets)
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from bench.kernel.read_probe import probe_each_isa
+from native.kernel import KernelError
 
 
 def _kind(name: str) -> str:
@@ -32,7 +34,8 @@ def _kind(name: str) -> str:
     return name.split(".")[-2]  # q_proj, k_proj, v_proj, o_proj, router
 
 
-def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool = False) -> dict[str, Any]:
+def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool = False,
+        isa: str | None = None) -> dict[str, Any]:
     import torch
 
     from engine.session import Engine
@@ -46,6 +49,12 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool
         raise ValueError("the native CPU engine did not load (see `neural doctor`); nothing to split")
     experts_fn, native = model.experts_fn, model._native
     kernel, cfg = native.kernel, model.cfg
+    if isa is not None:  # the process-wide kernel: every native call of the engine uses this ISA's table
+        try:
+            kernel.set_isa(isa)
+        except Exception:
+            eng.close()
+            raise
     if separate_qkv:  # a projection without many(): the reference runs q, k and v one call each
         model._native = lambda x, w, b=None: native(x, w, b)
     feed = [int(i) for i in np.random.default_rng(0).integers(100, min(cfg.vocab_size, 30000), 3 * tokens + depth)]
@@ -124,13 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=48, help="decode tokens per phase (warm, plain, split)")
     p.add_argument("--depth", type=int, default=8, help="prompt tokens before the decode (the context's depth)")
     p.add_argument("--separate-qkv", action="store_true", help="q, k and v one native call each (the old path)")
+    p.add_argument("--isa", help="the kernel's ISA table (e.g. avx2 on an AVX-512 machine); default: the best")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.tokens < 1 or a.threads < 1 or a.depth < 1:
         p.error("--tokens, --threads and --depth must be >= 1")
     try:
-        r = run(a.ckpt, a.threads, a.tokens, a.depth, a.separate_qkv)
-    except (ValueError, OSError) as exc:
+        r = run(a.ckpt, a.threads, a.tokens, a.depth, a.separate_qkv, a.isa)
+    except (ValueError, OSError, KernelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if a.json:
