@@ -341,6 +341,66 @@ NEURAL_TARGET_AVX2 static void pv8_avx2(const uint16_t *v, int t, int d, const f
     }
 }
 
+/* 8 sums at once, each with hsum8_avx2's tree after its first add (v[r] = lo + hi): l + (l+4), then + 2, + 1; lane r
+   of the result is the sum of v[r] */
+NEURAL_TARGET_AVX2 static NEURAL_INLINE __m256 hsum8x8_avx2(const __m256 *v) {
+    __m256 p[4], r[2];
+    NEURAL_UNROLL for (int m = 0; m < 4; m++)
+        p[m] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * m], v[2 * m + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * m], v[2 * m + 1], 0x31));
+    NEURAL_UNROLL for (int n = 0; n < 2; n++)
+        r[n] = _mm256_add_ps(_mm256_shuffle_ps(p[2 * n], p[2 * n + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(p[2 * n], p[2 * n + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 u = _mm256_add_ps(_mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(u, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Decode attention's scores on AVX2 (scores_bf16 in neural_internal.h), as scores_nc_avx512 in 8 keys: their rows
+   converted to fp32 once for all g heads, gemv4_avx2's two 8-lane accumulators per key, one batched tree per head
+   and block. Through gemv4_avx2 per head, each K row was converted g times and each sum had its own tree. */
+NEURAL_TARGET_AVX2 static NEURAL_INLINE void scores_nc_avx2(const uint16_t *k, int t, int d, const float *q, int g,
+                                                             float *s, size_t ss, const int nc) {
+    float kf[8 * NEURAL_MAX_HEAD_DIM];
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int i0 = 0; i0 < t; i0 += 8) {
+        const int nk = t - i0 < 8 ? t - i0 : 8;
+        for (int r = 0; r < nk; r++) {
+            const uint16_t *kr = k + (size_t)(i0 + r) * (size_t)d;
+            NEURAL_UNROLL for (int c = 0; c < 2 * nc; c++) _mm256_storeu_ps(kf + r * d + 8 * c, BF16X8_AVX2(kr + 8 * c));
+        }
+        const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(nk), lanes);
+        for (int j = 0; j < g; j++) {
+            const float *qj = q + (size_t)j * (size_t)d;
+            __m256 v[8];
+            NEURAL_UNROLL for (int r = 0; r < 8; r++) {
+                __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+                if (r < nk)
+                    NEURAL_UNROLL for (int c = 0; c < nc; c++) {
+                        lo = _mm256_fmadd_ps(_mm256_loadu_ps(kf + r * d + 16 * c), _mm256_loadu_ps(qj + 16 * c), lo);
+                        hi = _mm256_fmadd_ps(_mm256_loadu_ps(kf + r * d + 16 * c + 8), _mm256_loadu_ps(qj + 16 * c + 8),
+                                             hi);
+                    }
+                v[r] = _mm256_add_ps(lo, hi);
+            }
+            const __m256 sum = hsum8x8_avx2(v);
+            if (nk == 8)
+                _mm256_storeu_ps(s + (size_t)j * ss + (size_t)i0, sum);
+            else
+                _mm256_maskstore_ps(s + (size_t)j * ss + (size_t)i0, keep, sum);
+        }
+    }
+}
+
+NEURAL_TARGET_AVX2 static void scores_avx2(const uint16_t *k, int t, int d, const float *q, int g, float *s,
+                                           size_t ss) {
+    switch (d) {
+    case 64: scores_nc_avx2(k, t, d, q, g, s, ss, 4); break;
+    case 128: scores_nc_avx2(k, t, d, q, g, s, ss, 8); break;
+    default: scores_nc_avx2(k, t, d, q, g, s, ss, d / 16); break;
+    }
+}
+
 /* neural_expf of 8 lanes: expf16_avx512's operations (the same constants and order, no contraction) with blends
    for its masks */
 NEURAL_TARGET_AVX2 static inline __m256 expf8_avx2(const __m256 x) {
@@ -425,7 +485,7 @@ NEURAL_TARGET_AVX2 static void round_bf16_avx2(float *p, int n) {
 }
 
 const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL, gemv4_avx2,
-                                            pv8_avx2, NULL, NULL, att_exp_avx2, round_bf16_avx2};
+                                            pv8_avx2, NULL, scores_avx2, att_exp_avx2, round_bf16_avx2};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
