@@ -159,17 +159,17 @@ static float pow2i(int k) { /* 2^k for k in [-126, 127] */
 
 float neural_expf(float x) {
     if (x != x) return x + x;
-    if (x > 88.72283935546875f) return HUGE_VALF;
-    if (x < -103.972084045410156f) return 0.0f;
-    float t = x * 1.44269502162933349609375f;
-    float n = (t + 12582912.0f) - 12582912.0f; /* round to nearest integer */
-    float r = x - n * 0.693145751953125f;      /* Cody-Waite: ln2 high part (exact product) */
-    r = r - n * 1.428606765330187045e-06f;     /* ln2 low part */
-    float p = 1.98412698e-4f;
-    p = p * r + 1.38888889e-3f;
-    p = p * r + 8.33333333e-3f;
-    p = p * r + 4.16666667e-2f;
-    p = p * r + 1.66666667e-1f;
+    if (x > NEURAL_EXPF_MAX) return HUGE_VALF;
+    if (x < NEURAL_EXPF_MIN) return 0.0f;
+    float t = x * NEURAL_EXPF_LOG2E;
+    float n = (t + NEURAL_EXPF_ROUND) - NEURAL_EXPF_ROUND; /* round to nearest integer */
+    float r = x - n * NEURAL_EXPF_LN2_HI; /* Cody-Waite: ln2 high part (exact product) */
+    r = r - n * NEURAL_EXPF_LN2_LO;       /* ln2 low part */
+    float p = NEURAL_EXPF_P7;
+    p = p * r + NEURAL_EXPF_P6;
+    p = p * r + NEURAL_EXPF_P5;
+    p = p * r + NEURAL_EXPF_P4;
+    p = p * r + NEURAL_EXPF_P3;
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;

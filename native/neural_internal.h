@@ -47,6 +47,20 @@ static inline uint16_t neural_round_bf16(float f) {
 #define NEURAL_ROWS_TOK_MAX 20
 #endif
 
+/* neural_expf's constants (neural_experts.c), one truth for the scalar definition and its vector copies in
+   neural_isa.c: the range limits, log2(e), the rounding constant 1.5 * 2^23, ln 2 in two parts, the Taylor terms */
+#define NEURAL_EXPF_MAX 88.72283935546875f
+#define NEURAL_EXPF_MIN -103.972084045410156f
+#define NEURAL_EXPF_LOG2E 1.44269502162933349609375f
+#define NEURAL_EXPF_ROUND 12582912.0f
+#define NEURAL_EXPF_LN2_HI 0.693145751953125f
+#define NEURAL_EXPF_LN2_LO 1.428606765330187045e-06f
+#define NEURAL_EXPF_P7 1.98412698e-4f
+#define NEURAL_EXPF_P6 1.38888889e-3f
+#define NEURAL_EXPF_P5 8.33333333e-3f
+#define NEURAL_EXPF_P4 4.16666667e-2f
+#define NEURAL_EXPF_P3 1.66666667e-1f
+
 /* 2 * E2M1 value per 4-bit code, and S(s) = 2^(s-128) per scale byte. */
 extern const float neural_lut2[16];
 extern const int8_t neural_lut2_i8[16];
