@@ -97,6 +97,14 @@ from PySide6.QtWidgets import (
 QT_BINDING = "PySide6"
 
 
+def is_alive(obj: QObject) -> bool:
+    """False once Qt has deleted the C++ object behind ``obj``: a late signal (a background task's outcome) may
+    still point at a widget whose window was closed and deleted."""
+    import shiboken6
+
+    return bool(shiboken6.isValid(obj))
+
+
 def _guard_none_refcount() -> bool:
     """Work around PySide6 6.12's stable-ABI build returning None from void methods without a
     new reference. Where None is immortal (CPython 3.12+) that is harmless; on 3.11 every such
@@ -202,4 +210,5 @@ __all__ = [
     "QtWidgets",
     "Signal",
     "Slot",
+    "is_alive",
 ]

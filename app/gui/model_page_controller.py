@@ -24,7 +24,7 @@ from engine.config import ConfigError, ModelConfig
 from engine.plan import fmt
 from engine.settings import EngineSettings
 from ui.get_model_page import Choice, GetModelPage, ModelRow
-from ui.qt import QMessageBox, QObject, QWidget, Signal
+from ui.qt import QMessageBox, QObject, QWidget, Signal, is_alive
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +125,22 @@ class ModelPageController(QObject):
             return size, [(ln.area, ln.status, ln.text) for ln in lines]
 
         task = BackgroundTask(work, f"check-{repo_id}")
-        task.succeeded.connect(lambda r: self.page.set_check(repo_id, r[0], r[1]))
-        task.failed.connect(lambda msg, _tb: self.page.set_check_error(repo_id, _plain(msg)))
+        task.succeeded.connect(lambda r: self._checked(repo_id, r))
+        task.failed.connect(lambda msg, _tb: self._check_failed(repo_id, msg))
         return task.start()
+
+    def _checked(self, repo_id: str, result: tuple[str, list[tuple[str, str, str]]]) -> None:
+        if self._page_alive():
+            self.page.set_check(repo_id, result[0], result[1])
+
+    def _check_failed(self, repo_id: str, message: str) -> None:
+        if self._page_alive():
+            self.page.set_check_error(repo_id, _plain(message))
+
+    def _page_alive(self) -> bool:
+        """Whether the page still exists: a background task's outcome can arrive after its window was closed and
+        deleted, and then has nowhere to go (the controller's own state is still settled)."""
+        return is_alive(self.page)
 
     # ---- download, then the store -----------------------------------------------------------
     def start_download(self, repo_id: str) -> BackgroundTask | None:
@@ -163,6 +176,8 @@ class ModelPageController(QObject):
         self.page.set_progress("Cancelling…", None)
 
     def _progress(self, p: object) -> None:
+        if not self._page_alive():
+            return
         if isinstance(p, DownloadProgress):
             if p.phase == "download":  # the bar shows the whole model; a file's hash check only the text
                 self._fraction = p.done / p.total if p.total else 0.0
@@ -173,12 +188,18 @@ class ModelPageController(QObject):
             self.page.set_progress(f"Building the expert store: {done} of {total} experts", done / total if total
                                    else None)
 
-    def _settle(self) -> None:
+    def _settle(self) -> bool:
+        """The task's outcome has arrived: the next click starts another. False when the page is gone."""
         self.task = None
+        if not self._page_alive():
+            return False
         self.page.set_busy(False)
+        return True
 
     def _finished(self, repo_id: str, path: str) -> None:
-        self._settle()
+        if not self._settle():
+            self.storeBuilt.emit(path)
+            return
         self.page.set_progress("", 1.0)
         self.refresh()
         self.page.select_model(path)
@@ -187,7 +208,8 @@ class ModelPageController(QObject):
         self.storeBuilt.emit(path)
 
     def _failed(self, repo_id: str, message: str) -> None:
-        self._settle()
+        if not self._settle():
+            return
         self.refresh()
         cancelled = message.startswith(DownloadCancelled.__name__)
         self.page.set_progress("Cancelled: downloading again resumes where it stopped." if cancelled else "", 0.0)
@@ -204,14 +226,14 @@ class ModelPageController(QObject):
         task.progress.connect(self._progress)
 
         def done(store: object) -> None:
-            self._settle()
-            self.refresh()
-            self.page.set_message(f"Expert store written: {store}")
+            if self._settle():
+                self.refresh()
+                self.page.set_message(f"Expert store written: {store}")
             self.storeBuilt.emit(path)
 
         def failed(msg: str, _tb: str) -> None:
-            self._settle()
-            self.page.set_message(f"Building the store failed: {_plain(msg)}", error=True)
+            if self._settle():
+                self.page.set_message(f"Building the store failed: {_plain(msg)}", error=True)
 
         task.succeeded.connect(done)
         task.failed.connect(failed)

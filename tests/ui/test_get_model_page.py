@@ -110,6 +110,41 @@ def test_a_click_right_after_the_outcome_is_not_ignored(qtbot, page_ctl) -> None
     qtbot.waitUntil(lambda: page_ctl.task is None, timeout=30000)  # the new download's outcome
 
 
+def test_an_outcome_that_arrives_after_the_page_is_gone_is_dropped(qtbot, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page can be closed and deleted while a hub check or a download still runs (the user left it; in CI a
+    test's teardown): their outcomes arrive later and must not reach the deleted widgets. Before, a late check's
+    failure raised "Internal C++ object already deleted" in the Qt event loop, in whatever ran next."""
+    import threading
+
+    from app.core.model_hub import DownloadError
+    from app.core.paths import AppPaths
+    from app.gui import model_page_controller as mpc
+    from ui.qt import is_alive
+
+    hold = threading.Event()
+
+    def slow_listing(repo_id: str, endpoint: str | None = None) -> None:
+        hold.wait(10)
+        raise DownloadError(f"{repo_id}: no such repo")
+
+    monkeypatch.setattr(mpc, "list_repo", slow_listing)
+    monkeypatch.setenv("NEURAL_HOME", str(tmp_path / "home"))
+    ctl = mpc.ModelPageController(AppPaths.under(tmp_path / "home"), lambda: EngineSettings(backend="cpu"),
+                                  machine=lambda: (False, Machine(2, 8 * GIB, None), 6 * GIB), confirm=lambda _q: True)
+    check = ctl.check("someone/slow")
+    download = ctl.start_download("someone/slow")
+    assert download is not None
+    import shiboken6
+
+    shiboken6.delete(ctl.page)
+    assert not is_alive(ctl.page)
+    hold.set()
+    assert check.wait(10) and download.wait(10)
+    qtbot.waitUntil(lambda: ctl.task is None, timeout=10000)  # the download's failure was delivered, and dropped
+    qtbot.wait(50)
+
+
 def test_cancel_keeps_the_partial_download_which_resumes_or_is_removed(qtbot, page_ctl, hub: HubServer,
                                                                        tmp_path: Path) -> None:
     page = page_ctl.page
