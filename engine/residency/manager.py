@@ -81,7 +81,7 @@ class ResidencyManager:
         self.plan = WarmupPlan.build(regions, self.budget.budget_bytes, hot=hot, ranking=ranking, exclude=skip)
         self.warmer: Warmer | None = None
         if bool(getattr(settings, "warmup", True)) and self.plan.regions:
-            self.warmer = Warmer(self.mappings, self.plan, progress=progress, on_done=lambda _w: self._lock())
+            self.warmer = Warmer(self.mappings, self.plan, progress=progress, on_done=lambda _w: self._warmed())
         self.meter = FaultMeter(exclude=self.warmer.faults if self.warmer else None)
         self.lock_result = LockResult("none", self.budget.lock_bytes, 0)
         self.release = ReleasePolicy(self.mappings, self.residency, self.budget)
@@ -118,13 +118,27 @@ class ResidencyManager:
             self._sampler.start()
 
     def _sample_loop(self) -> None:
-        # mincore of one layer is a few ms for gpt-oss-120b: kept off the token path, GIL released in the call
+        # mincore of one layer is a few ms for gpt-oss-120b: kept off the token path, GIL released in the call;
+        # one pass over every layer first, so no layer reads as empty for want of a sample
+        try:
+            self.residency.refresh()
+        except Exception:
+            log.exception("residency sampling failed; stopping it")
+            return
         while not self._stop.wait(self.sample_interval_s):
             try:
                 self.sample()
             except Exception:
                 log.exception("residency sampling failed; stopping it")
                 return
+
+    def _warmed(self) -> None:
+        """The warm-up's end (its thread): lock, and sample every layer, so that the resident figure is the
+        store's now rather than whatever the round-robin sampler had reached (it said 50 % beside a finished
+        warm-up)."""
+        self._lock()
+        if not self._closed:
+            self.residency.refresh()
 
     def _lock(self) -> None:
         if self.budget.lock_bytes <= 0 or self._closed:

@@ -78,6 +78,17 @@ def test_warmup_lock_sampling_and_telemetry(store):
     assert store.record(0, 0).sum() >= 0  # the store's own mapping is still usable
 
 
+def test_the_whole_store_is_sampled_when_warm_up_ends(store):
+    """The sampler re-reads one layer every interval; right after a warm-up the panel read "resident 50 %" beside
+    "warm-up: done (100 %)" until it had been round every layer. The end of the warm-up now samples them all."""
+    res = ResidencyManager.for_store(store, EngineSettings(), mem=BIG, sample_interval_s=0)  # no sampler thread
+    assert res.stats().resident_bytes == 0
+    res.start()
+    assert res.warmer is not None and res.warmer.join(10) and res.warmer.progress().state == "done"
+    assert wait_for(lambda: res.stats().resident_bytes == res.residency.store_bytes)
+    res.close()
+
+
 def test_computing_pauses_warmup(store):
     res = ResidencyManager.for_store(store, EngineSettings(), mem=BIG, sample_interval_s=0)
     assert res.warmer is not None
