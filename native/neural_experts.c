@@ -378,8 +378,9 @@ static size_t score_stride(int t) { return (size_t)t + 16; }
 
 /* sum[qi] = s[qi][0] + s[qi][1] + ... in key order for the g rows ts apart. One head's sum is a chain of t dependent
    adds (4 cycles each); eight heads' chains side by side keep the adders busy. With the vector softmax (att_exp,
-   round_bf16), one 4,096-key layer (8 kv heads x 8, d 64, K/V in cache) took 1.87 -> 1.15 ms at 1 thread and
-   0.94 -> 0.58 at 2 (MEASURED, 2-core Sapphire Rapids VM, session 23); the scalar loops had been 37% of it, and
+   round_bf16), one 4,096-key layer (8 kv heads x 8, d 64, K/V in cache) took 2.01 -> 1.30-1.62 ms at 1 thread and
+   1.03 -> 0.66 at 2 (MEASURED, 2-core Sapphire Rapids VM, session 23, bench.kernel.attention_bench); the scalar
+   loops had been 37% of it, and
    P.V and the scores now take two thirds, at their operation counts. */
 static void attn_sums(const float *s, size_t ts, int t, int g, float *sum) {
     if (g == 8) {

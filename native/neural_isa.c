@@ -301,9 +301,10 @@ NEURAL_TARGET_AVX2 static uint64_t read_avx2(const uint8_t *p, size_t n) {
 
 /* The interleaved GEMVs read four rows a row apart (every caller's rows are contiguous, n wide), so the
    hardware prefetcher meets four short streams that restart every group. Asking for the next group's line
-   at the same column, one line per row every 32 columns, keeps it a group ahead: 12.9-13.4 -> 15.8-16.0 GB/s
-   at 1 thread and 24.0-25.2 -> 28.0-29.6 at 2 over 24 16384 x 2880 matrices from DRAM (MEASURED, 2-core
-   Sapphire Rapids VM, session 23; half a group ahead or two groups ahead read less). Off with the
+   at the same column, one line per row every 32 columns, keeps it a group ahead: 12.8-13.0 -> 14.4-15.3 GB/s
+   at 1 thread and 23.2-24.6 -> 27.0-28.1 at 2 over 24 16384 x 2880 matrices from DRAM (MEASURED, 2-core
+   Sapphire Rapids VM, session 23, bench.kernel.gemv_isa --prefetch-ab avx512; half a group ahead or two groups
+   ahead read less). Off with the
    experts' prefetch (neural_set_prefetch(0)). Always inlined: GCC 12 drops a call whose only effect is a
    prefetch. */
 static NEURAL_INLINE void gemv4_prefetch_next(const uint16_t *const w[4], int c, int n) {

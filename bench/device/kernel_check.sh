@@ -11,8 +11,8 @@
 #     group and GB/s) at 8 and 16 threads, auto loop, and at 8 threads the other AVX-512 loop;
 #   - bench/kernel/dot_rate.c (each ISA's loops with the data in L1, and the peak FMA rate: the
 #     compute ceilings) and bench/kernel/copy_align.c (the staging copy vs memcpy by alignment);
-#   - the dense GEMV with its next-group prefetch off and on (bench.kernel.gemv_prefetch) and one
-#     decode token's attention per ISA (bench.kernel.attn_rate), at 8 and 16 threads (session 23's
+#   - the dense GEMV with its next-group prefetch off and on (bench.kernel.gemv_isa --prefetch-ab) and one
+#     decode token's attention per ISA (bench.kernel.attention_bench), at 8 and 16 threads (session 23's
 #     changes, measured until then only on the 2-core VM).
 # Usage (device tool, repo root, carry [".whl"]):  bash bench/device/kernel_check.sh
 # Results: $OUT/kernel_check.txt (one "bench NAME: {json}" line per benchmark), $OUT/native_build.log.
@@ -54,8 +54,8 @@ bench() {  # name, then arguments of `neural bench kernel`
   other=$(python3 -c "from native.kernel import load_kernel as l; k = l(); b = k.best_isa(); print('avx512' if b == 'avx512bf16' else ('avx512bf16' if 'avx512bf16' in k.available_isas() else ''))")
   [ -n "$other" ] && bench "tokens-8-$other" --threads 8 --path "$SHM" --tokens 1,2,4,8,16 --isa "$other"
   bench "tokens-8-fp32" --threads 8 --path "$SHM" --tokens 4,16 --inputs fp32
-  python3 -m bench.kernel.gemv_prefetch --isas avx512 --threads 8,16
-  python3 -m bench.kernel.attn_rate --isas avx2,avx512,avx512bf16 --keys 4096 --threads 1,8,16
+  python3 -m bench.kernel.gemv_isa --prefetch-ab avx512 --threads 8,16
+  python3 -m bench.kernel.attention_bench --isas avx2,avx512,avx512bf16 --keys 4096 --threads 1,8,16 --calls 40
   rm -f "$SHM" "$DISK"
   date -u
 } >"$OUT/kernel_check.txt" 2>&1
