@@ -342,6 +342,11 @@ NEURAL_TARGET_AVX2 static void pv8_avx2(const uint16_t *v, int t, int d, const f
     }
 }
 
+/* lanes l < n set (n in 0..8): the tail of an 8-lane loop, for maskload/maskstore */
+NEURAL_TARGET_AVX2 static inline __m256i mask8_avx2(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 /* 8 sums at once, each with hsum8_avx2's tree after its first add (v[r] = lo + hi): l + (l+4), then + 2, + 1; lane r
    of the result is the sum of v[r] */
 NEURAL_TARGET_AVX2 static NEURAL_INLINE __m256 hsum8x8_avx2(const __m256 *v) {
@@ -363,14 +368,13 @@ NEURAL_TARGET_AVX2 static NEURAL_INLINE __m256 hsum8x8_avx2(const __m256 *v) {
 NEURAL_TARGET_AVX2 static NEURAL_INLINE void scores_nc_avx2(const uint16_t *k, int t, int d, const float *q, int g,
                                                              float *s, size_t ss, const int nc) {
     float kf[8 * NEURAL_MAX_HEAD_DIM];
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int i0 = 0; i0 < t; i0 += 8) {
         const int nk = t - i0 < 8 ? t - i0 : 8;
         for (int r = 0; r < nk; r++) {
             const uint16_t *kr = k + (size_t)(i0 + r) * (size_t)d;
             NEURAL_UNROLL for (int c = 0; c < 2 * nc; c++) _mm256_storeu_ps(kf + r * d + 8 * c, BF16X8_AVX2(kr + 8 * c));
         }
-        const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(nk), lanes);
+        const __m256i keep = mask8_avx2(nk);
         for (int j = 0; j < g; j++) {
             const float *qj = q + (size_t)j * (size_t)d;
             __m256 v[8];
@@ -433,8 +437,8 @@ NEURAL_TARGET_AVX2 static inline __m256 expf8_avx2(const __m256 x) {
     return _mm256_blendv_ps(e, _mm256_add_ps(x, x), nan);
 }
 
-/* att_exp_avx512 in 8 lanes (vmaxps has the same NaN and zero rule); a last partial vector runs the scalar
-   operations. On an AVX2 table the scalar loops were most of a decode token's attention at depth. */
+/* att_exp_avx512 in 8 lanes (vmaxps has the same NaN and zero rule), a last partial vector masked. On an AVX2
+   table the scalar loops were most of a decode token's attention at depth. */
 NEURAL_TARGET_AVX2 static float att_exp_avx2(float *s, int t, float scale, float sink) {
     const __m256 sc = _mm256_set1_ps(scale);
     __m256 mv = _mm256_set1_ps(sink);
@@ -444,44 +448,38 @@ NEURAL_TARGET_AVX2 static float att_exp_avx2(float *s, int t, float scale, float
         _mm256_storeu_ps(s + i, x);
         mv = _mm256_max_ps(x, mv);
     }
+    const __m256i tail = mask8_avx2(t - i);
+    if (i < t) {
+        const __m256 x = _mm256_mul_ps(_mm256_maskload_ps(s + i, tail), sc);
+        _mm256_maskstore_ps(s + i, tail, x);
+        mv = _mm256_blendv_ps(mv, _mm256_max_ps(x, mv), _mm256_castsi256_ps(tail));
+    }
     float lanes[8], m = sink;
     _mm256_storeu_ps(lanes, mv);
     for (int l = 0; l < 8; l++) m = lanes[l] > m ? lanes[l] : m;
-    for (int k = i; k < t; k++) {
-        s[k] = s[k] * scale;
-        m = s[k] > m ? s[k] : m;
-    }
     const __m256 mm = _mm256_set1_ps(m);
     for (i = 0; i + 8 <= t; i += 8) _mm256_storeu_ps(s + i, expf8_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + i), mm)));
-    for (; i < t; i++) s[i] = neural_expf(s[i] - m);
+    if (i < t) _mm256_maskstore_ps(s + i, tail, expf8_avx2(_mm256_sub_ps(_mm256_maskload_ps(s + i, tail), mm)));
     return m;
 }
 
-/* round_bf16_avx512 in 8 lanes (mag has no sign bit, so the signed compares order it as unsigned) */
+/* round_bf16_avx512 in 8 lanes, a last partial vector masked (mag has no sign bit, so the signed compares order it as
+   unsigned) */
 NEURAL_TARGET_AVX2 static void round_bf16_avx2(float *p, int n) {
     const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7FFF);
     const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u), sign = _mm256_set1_epi32((int)0x80000000u);
     const __m256i quiet = _mm256_set1_epi32(0x00400000), inf = _mm256_set1_epi32(0x7F800000);
     const __m256i small = _mm256_set1_epi32(0x04800000);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(p + i));
+    for (int i = 0; i < n; i += 8) {
+        const __m256i k = mask8_avx2(n - i);
+        const __m256i u = _mm256_castps_si256(_mm256_maskload_ps(p + i, k));
         const __m256i mag = _mm256_and_si256(u, absm);
         const __m256i nan = _mm256_cmpgt_epi32(mag, inf), tiny = _mm256_cmpgt_epi32(small, mag);
         const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
         __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(half, odd)), hi);
         r = _mm256_blendv_epi8(r, _mm256_and_si256(u, sign), tiny);
         r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_and_si256(u, hi), quiet), nan);
-        _mm256_storeu_ps(p + i, _mm256_castsi256_ps(r));
-    }
-    for (; i < n; i++) {
-        union { uint32_t u; float f; } v;
-        v.f = p[i];
-        const uint32_t mag = v.u & 0x7FFFFFFFu;
-        if (mag > 0x7F800000u) v.u = (v.u & 0xFFFF0000u) | 0x00400000u;
-        else if (mag < 0x04800000u) v.u &= 0x80000000u;
-        else v.u = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) & 0xFFFF0000u;
-        p[i] = v.f;
+        _mm256_maskstore_ps(p + i, k, _mm256_castsi256_ps(r));
     }
 }
 
