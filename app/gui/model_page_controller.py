@@ -197,14 +197,12 @@ class ModelPageController(QObject):
         return True
 
     def _finished(self, repo_id: str, path: str) -> None:
-        if not self._settle():
-            self.storeBuilt.emit(path)
-            return
-        self.page.set_progress("", 1.0)
-        self.refresh()
-        self.page.select_model(path)
-        self.page.set_message(f"{repo_id} is downloaded, verified and its expert store built: {path}. "
-                              "Use it with “Use this model”.")
+        if self._settle():
+            self.page.set_progress("", 1.0)
+            self.refresh()
+            self.page.select_model(path)
+            self.page.set_message(f"{repo_id} is downloaded, verified and its expert store built: {path}. "
+                                  "Use it with “Use this model”.")
         self.storeBuilt.emit(path)
 
     def _failed(self, repo_id: str, message: str) -> None:

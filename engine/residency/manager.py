@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -120,16 +120,15 @@ class ResidencyManager:
     def _sample_loop(self) -> None:
         # mincore of one layer is a few ms for gpt-oss-120b: kept off the token path, GIL released in the call;
         # one pass over every layer first, so no layer reads as empty for want of a sample
-        try:
-            self.residency.refresh()
-        except Exception:
-            log.exception("residency sampling failed; stopping it")
-            return
-        while not self._stop.wait(self.sample_interval_s):
+        step: Callable[[], object] = self.residency.refresh
+        while True:
             try:
-                self.sample()
+                step()
             except Exception:
                 log.exception("residency sampling failed; stopping it")
+                return
+            step = self.sample
+            if self._stop.wait(self.sample_interval_s):
                 return
 
     def _warmed(self) -> None:
