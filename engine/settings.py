@@ -64,8 +64,11 @@ class EngineSettings:
     decode_lane_split: bool = False
     # with the copy lane: a layer's CPU misses start on the native kernel's worker threads before this thread queues
     # the lane's copies (~0.1 ms a layer of runtime calls, 1.7-2.1 ms a token at 18 layers, which the CPU experts
-    # had waited for: session 21, H200 machine, MEASURED), and it joins them after. False: queue, then compute
-    decode_lane_beside: bool = True
+    # had waited for: session 21, H200 machine, MEASURED), and it joins them after. False: queue, then compute.
+    # Off by default: session 24 (one H200 lease, calibrated routing, 10 runs each) read 78.8 tok/s queue-first
+    # against 74.6 beside (A B B A: beside / queue-first 0.970), uniform 61.1 / 61.2; beside, the CPU phase grew
+    # by the queueing (9.1-10.7 against 6.5-7.8 ms a token) and the split sent the lane fewer misses
+    decode_lane_beside: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens

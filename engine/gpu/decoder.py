@@ -126,7 +126,7 @@ class Decoder:
         # leave the critical path. Only where the core captured those graphs (a GPU); the backend sets it from
         # EngineSettings.early_launch (on by default).
         self.early_launch = False
-        self.lane_beside = True  # CPU misses start before the lane's copies are queued (settings.decode_lane_beside)
+        self.lane_beside = False  # CPU misses start before the lane's copies are queued (settings.decode_lane_beside)
         self.late_steps = 0  # early-launched steps decoded again because a wait gave up (GpuCore.np_late)
         # a machine where the waits keep giving up (a driver that holds queued work back, a host far slower than
         # the bound) pays ~1 s per late token: after this many late steps in a row the process decodes the plain
