@@ -30,6 +30,9 @@ class NativeLinear:
         self.kernel = kernel
         self.enabled = True
         self._views: dict[int, tuple[torch.Tensor, np.ndarray]] = {}
+        # the projections' pointer arrays, by the ids of their tensors (which the plan keeps alive, so the ids stay
+        # theirs): a decode token calls the same 3 per layer and the head
+        self._plans: dict[tuple[int, ...], Any] = {}
 
     def _bits(self, t: torch.Tensor) -> np.ndarray:
         hit = self._views.get(id(t))
@@ -48,6 +51,7 @@ class NativeLinear:
         log.warning("native bf16 projections unavailable (%s); using the PyTorch paths", exc)
         self.enabled = False
         self._views.clear()
+        self._plans.clear()
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor | None:
         got = self.many(x, [(w, b)])
@@ -59,14 +63,18 @@ class NativeLinear:
         where it does not apply."""
         if not 1 <= len(pairs) <= 8 or not all(self._applies(x, w, b) for w, b in pairs):
             return None  # _applies: every matrix as wide as x, so all of the same width
-        cols = x.numel()
         xc = x.contiguous()  # bf16 in and out: no dtype copies around the call (neural_linear_bf16_nb)
         outs = [torch.empty(*x.shape[:-1], w.shape[0], dtype=torch.bfloat16) for w, _ in pairs]
         try:
-            self.kernel.linear_bf16_nb([self._bits(w) for w, _ in pairs],
-                                       [None if b is None else self._bits(b) for _, b in pairs],
-                                       [w.shape[0] for w, _ in pairs], cols, xc.data_ptr(),
-                                       [o.data_ptr() for o in outs])
+            key = tuple(id(t) for pair in pairs for t in pair)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self.kernel.linear_bf16_nb_plan([self._bits(w) for w, _ in pairs],
+                                                       [None if b is None else self._bits(b) for _, b in pairs],
+                                                       [w.shape[0] for w, _ in pairs], x.numel())
+                plan.keep = (plan.keep, pairs)  # the tensors too: their ids are the key
+                self._plans[key] = plan
+            self.kernel.linear_bf16_nb_run(plan, xc.data_ptr(), [o.data_ptr() for o in outs])
         except Exception as exc:
             self._give_up(exc)
             return None

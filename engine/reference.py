@@ -26,10 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import Checkpoint, bf16_bits_to_tensor
+from .checkpoint import Checkpoint
 from .config import ModelConfig
 from .expert_cache import DequantizedExperts
 from .packed_linear import PackedLinear
@@ -255,6 +256,8 @@ class ReferenceModel:
         self._experts = DequantizedExperts(ck, dtype, expert_cache_bytes)
         self._check: Check | None = None
         self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._embed_bits: np.ndarray | None = None
+        self._sinks: dict[int, torch.Tensor] = {}  # per layer, fp32 [kv_heads, group, 1]: converted once
 
     # ---- weights ------------------------------------------------------------------------
     def w(self, name: str) -> torch.Tensor:
@@ -308,7 +311,9 @@ class ReferenceModel:
         window = cfg.sliding_window if cfg.is_sliding(layer) else 0
         # only the keys some row can see get an fp32 copy (a sliding layer's window, not the cache)
         base = max(0, int(positions[0]) - window + 1) if window else 0
-        sink = self.w(p + "sinks").float().view(kvh, g, 1)
+        sink = self._sinks.get(layer)
+        if sink is None:
+            sink = self._sinks[layer] = self.w(p + "sinks").float().view(kvh, g, 1)
         o1 = None
         if T == 1 and self._native_attn is not None:  # one decode row sees every key from base on: no mask
             o1 = self._native_attn(qf, k_all[:, base:], v_all[:, base:], sink, D ** -0.5)
@@ -396,8 +401,9 @@ class ReferenceModel:
         return KVCache([empty] * n, [empty] * n)
 
     def embed(self, ids: list[int]) -> torch.Tensor:
-        table = self.ck.array("model.embed_tokens.weight")
-        return bf16_bits_to_tensor(table[ids]).to(self.dtype)
+        if self._embed_bits is None:  # a plain ndarray view: indexing a np.memmap costs ~0.1 ms a decode token
+            self._embed_bits = np.asarray(self.ck.array("model.embed_tokens.weight"))
+        return torch.from_numpy(self._embed_bits[ids]).view(torch.bfloat16).to(self.dtype)  # the indexing copies
 
     def layer(self, i: int, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,
               attn_block: int = 0) -> torch.Tensor:

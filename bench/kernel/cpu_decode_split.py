@@ -4,13 +4,15 @@
                                               [--json]
 
 Loads CKPT on the CPU engine (the shipping path: native experts, native one-token projections and
-attention, bf16), decodes ``--tokens`` teacher-forced tokens once plainly (the tok/s a user gets)
-and once with each native entry point timed (the split), and reads the checkpoint's expert bytes
-with the same thread team once with each ISA's read loop (the DRAM probe: the best of them). It
-prints ms per token and GB/s per part, the bytes a token must read, and the floor those bytes set
-at the probe's rate (CALCULATED): the time no arrangement of the same arithmetic can beat on this
-machine. ``--separate-qkv`` runs q, k and v as one native call each (as before
-``neural_linear_bf16_n``), the baseline of an A/B in one build.
+attention, bf16), decodes ``--tokens`` teacher-forced tokens once plainly (the tok/s a user gets),
+once through the shipped generation loop (Engine.complete at temperature 0, as `neural bench
+decode`: what the sampler, the detokenizer and the events add), and once with each native entry
+point timed (the split), and reads the checkpoint's expert bytes with the same thread team once
+with each ISA's read loop (the DRAM probe: the best of them). It prints ms per token and GB/s per
+part, the bytes a token must read, and the floor those bytes set at the probe's rate
+(CALCULATED): the time no arrangement of the same arithmetic can beat on this machine.
+``--separate-qkv`` runs q, k and v as one native call each (as before ``neural_linear_bf16_n``),
+the baseline of an A/B in one build.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -32,6 +35,41 @@ def _kind(name: str) -> str:
     if name.endswith("lm_head.weight") or name.endswith("embed_tokens.weight"):
         return "head"
     return name.split(".")[-2]  # q_proj, k_proj, v_proj, o_proj, router
+
+
+def _through_generate(eng: Any, be: Any, prompt: list[int], tokens: int) -> dict[str, float]:
+    """``tokens`` tokens through the shipped generation loop (Engine.complete: the sampler at temperature 0, the
+    detokenizer, the events) after ``prompt``, as `neural bench decode` runs it; the time a token spends in the
+    backend's forward apart from the rest (what the loop adds to the plain forwards)."""
+    from engine.types import Done, GenerationParams
+
+    sp = eng.special  # the raw completion stops at these: biased away so that every token is decoded
+    ban = tuple((t, -100.0) for t in sorted({sp.return_, sp.call, sp.endoftext}))
+    params = GenerationParams(max_tokens=tokens + 1, temperature=0.0, seed=0, logit_bias=ban)
+    inner = be.forward
+    spent = [0.0, 0]
+    me = threading.get_ident()  # the loop's thread; the prompt runs on the engine's prompt thread
+
+    def forward(ids: list[int], *args: Any, **kw: Any) -> Any:
+        a = time.perf_counter()
+        y = inner(ids, *args, **kw)
+        if threading.get_ident() == me:  # the decode's forwards, not the prompt's
+            spent[0] += time.perf_counter() - a
+            spent[1] += 1
+        return y
+
+    be.forward = forward
+    try:
+        done = next(ev for ev in eng.complete(list(prompt), params) if isinstance(ev, Done))
+    finally:
+        del be.forward  # the instance attribute: the class's method again
+    if done.finish_reason == "error":
+        raise RuntimeError(f"decode failed: {done.error}")
+    n = max(spent[1], 1)
+    s = eng.last_sampler
+    return {"ms_per_token": 1e3 * done.usage.decode_seconds / n, "forward_ms": 1e3 * spent[0] / n,
+            "outside_ms": 1e3 * (done.usage.decode_seconds - spent[0]) / n,
+            "sampler_ms": 1e3 * s.seconds / max(s.calls, 1)}
 
 
 def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool = False,
@@ -65,6 +103,7 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool
     for t in feed[depth + tokens : depth + 2 * tokens]:
         be.forward([t])
     plain_s = (time.perf_counter() - t0) / tokens
+    loop = _through_generate(eng, be, feed[:depth], tokens)
 
     names = {id(w): n for n, w in model._dense.items()}
     spent: dict[str, float] = defaultdict(float)
@@ -119,7 +158,7 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool
     token_bytes = sum(nbytes.values()) / tokens
     return {"ckpt": ckpt, "threads": threads, "tokens": tokens, "depth": depth, "isa": kernel.isa,
             "tok_s_MEASURED": 1.0 / plain_s, "ms_per_token_MEASURED": 1e3 * plain_s,
-            "ms_per_token_split": 1e3 * split_s, "parts": parts, "separate_qkv": separate_qkv,
+            "ms_per_token_split": 1e3 * split_s, "generate": loop, "parts": parts, "separate_qkv": separate_qkv,
             "other_ms_per_token": 1e3 * (split_s - native_s),
             "MB_per_token": token_bytes / 1e6, "probe_GB_s_MEASURED": probe / 1e9,
             "probe_GB_s_by_isa": {k: v / 1e9 for k, v in probes.items()},
@@ -148,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{r['ckpt']}: {r['threads']} threads, {r['isa']}, depth {r['depth']}; {r['tok_s_MEASURED']:.2f} tok/s "
           f"({r['ms_per_token_MEASURED']:.2f} ms/token; {r['ms_per_token_split']:.2f} with the timers) MEASURED")
+    g = r["generate"]
+    print(f"through Engine.complete (temperature 0): {1e3 / g['ms_per_token']:.2f} tok/s ({g['ms_per_token']:.2f} "
+          f"ms/token: forward {g['forward_ms']:.2f}, the rest {g['outside_ms']:.2f}, of it the sampler "
+          f"{g['sampler_ms']:.2f}) MEASURED")
     for k, v in sorted(r["parts"].items(), key=lambda kv: -kv[1]["ms_per_token"]):
         rate = f"{v['GB_s']:6.1f} GB/s" if v["GB_s"] else "     -     "
         print(f"  {k:10s} {v['ms_per_token']:7.3f} ms  {v['MB_per_token']:7.1f} MB  {rate}")

@@ -48,3 +48,12 @@ def test_bad_counts_are_named(tiny_model: Path, capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit):
         cpu_decode_split.main([str(tiny_model), flag, "0"])
     assert flag in capsys.readouterr().err
+
+
+def test_the_generation_loop_is_timed_apart_from_its_forwards(tiny_model: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cpu_decode_split.main([str(tiny_model), "--threads", "1", "--tokens", "4", "--depth", "1", "--json"])
+    assert rc == 0
+    g = json.loads(capsys.readouterr().out.strip())["generate"]
+    assert g["forward_ms"] > 0 and g["outside_ms"] >= g["sampler_ms"] > 0
+    assert g["ms_per_token"] == pytest.approx(g["forward_ms"] + g["outside_ms"])

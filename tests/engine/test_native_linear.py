@@ -94,3 +94,19 @@ def test_cpu_engine_decode_with_qkv_in_one_call_is_bit_identical(tiny_model):
         a, b = one_call.forward([tok]), each.forward([tok])
         assert a.dtype == b.dtype and a.float().numpy().tobytes() == b.float().numpy().tobytes()
     assert fused[0] == 4 * ck.config.num_hidden_layers  # every decode layer, never the prompt
+
+
+def test_a_projection_is_planned_once_and_rerun_with_new_rows():
+    """The pointer arrays of a set of projections are built on its first call and reused (a decode token calls the
+    same ones every layer); each new row still gets its own product, the bits of a fresh NativeLinear's."""
+    lin = NativeLinear(load_kernel())
+    pairs = [(_bf16(48, 64, seed=1), _bf16(48, seed=2)), (_bf16(16, 64, seed=3), None)]
+    for seed in (4, 5, 6):
+        x = _bf16(1, 64, seed=seed)
+        got = lin.many(x, pairs)
+        fresh = NativeLinear(load_kernel()).many(x, pairs)
+        assert got is not None and fresh is not None
+        assert all(torch.equal(g, f) for g, f in zip(got, fresh, strict=True))
+    assert len(lin._plans) == 1
+    lin(_bf16(1, 64, seed=7), *pairs[0])
+    assert len(lin._plans) == 2  # another set of matrices, another plan

@@ -140,3 +140,21 @@ def test_bf16_in_and_out_bad_arguments_are_refused(kernel: NativeKernel) -> None
         kernel.linear_bf16_nb([w], [None], [8], 48, 0, [out.ctypes.data])  # no x
     with pytest.raises(KernelError, match="linear_bf16_nb"):
         kernel.linear_bf16_nb([w], [None], [8], 48, x.ctypes.data, [0])  # no output
+
+
+def test_a_plan_runs_again_with_the_calls_bits(kernel: NativeKernel) -> None:
+    """linear_bf16_nb_plan + _run (the pointer arrays built once, as a decode token reuses them every layer): the
+    one-shot call's bits on every run, new x each time; a run with the wrong number of outputs is refused."""
+    rng = np.random.default_rng(4)
+    mats = [bf16_bits(rng.standard_normal((rows, 96)) * 0.1) for rows in (24, 8)]
+    biases = [bf16_bits(rng.standard_normal(24)), None]
+    plan = kernel.linear_bf16_nb_plan(mats, biases, [24, 8], 96)
+    for _ in range(3):
+        xb = bf16_bits(rng.standard_normal(96))
+        want = [np.zeros(m.shape[0], np.uint16) for m in mats]
+        kernel.linear_bf16_nb(mats, biases, [24, 8], 96, xb.ctypes.data, [o.ctypes.data for o in want])
+        got = [np.full(m.shape[0], 0xFFFF, np.uint16) for m in mats]
+        kernel.linear_bf16_nb_run(plan, xb.ctypes.data, [o.ctypes.data for o in got])
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    with pytest.raises(ValueError, match="an output"):
+        kernel.linear_bf16_nb_run(plan, xb.ctypes.data, [got[0].ctypes.data])
