@@ -13,7 +13,16 @@ from typing import Protocol
 import torch
 
 from .checkpoint import Checkpoint
-from .reference import DecodeAttention, ExpertsFn, KVCache, Projection, ReferenceModel, RowOps, cpu_has_bf16_gemm
+from .reference import (
+    DecodeAttention,
+    DecodeLayer,
+    ExpertsFn,
+    KVCache,
+    Projection,
+    ReferenceModel,
+    RowOps,
+    cpu_has_bf16_gemm,
+)
 from .types import CancelToken, Telemetry
 
 ProgressFn = Callable[[int, int], None]
@@ -63,11 +72,12 @@ class ReferenceBackend:
 
     def __init__(self, ck: Checkpoint, dtype: torch.dtype, block: int = 256, experts_fn: ExpertsFn | None = None,
                  name: str = "cpu-reference", native_linear: Projection | None = None,
-                 native_attention: DecodeAttention | None = None, native_rows: RowOps | None = None) -> None:
+                 native_attention: DecodeAttention | None = None, native_rows: RowOps | None = None,
+                 native_decode: DecodeLayer | None = None) -> None:
         self.name = name
         self.model = ReferenceModel(ck, dtype, experts_fn=experts_fn, bf16_gemm=cpu_has_bf16_gemm(),
                                     native_linear=native_linear, native_attention=native_attention,
-                                    native_rows=native_rows)
+                                    native_rows=native_rows, native_decode=native_decode)
         self.cache = self.model.new_cache()
         self.block = block
 

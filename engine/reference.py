@@ -60,6 +60,14 @@ class RowOps(Protocol):
     def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool: ...
 
 
+class DecodeLayer(Protocol):
+    """One decode row's whole layer (the model, layer, x [1, H], positions [1], cache) -> the new row, or None where
+    the implementation does not apply (the per-piece path runs)."""
+
+    def layer(self, m: ReferenceModel, i: int, x: torch.Tensor, positions: torch.Tensor,
+              cache: KVCache) -> torch.Tensor | None: ...
+
+
 class ExpertsFn(Protocol):
     """(layer, normalized hidden [T, H], expert ids [T, k], routing weights [T, k]) -> [T, H];
     ``check`` is called between expert groups so that a long prompt can be stopped."""
@@ -208,20 +216,32 @@ class KVCache:
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``k``, ``v`` [kv_heads, n, head_dim] to ``layer``; returns its whole K and V."""
+        n = k.shape[1]
+        room_k, room_v, t = self.reserve(layer, n, k.dtype)
+        room_k[:, t : t + n], room_v[:, t : t + n] = k, v
+        return self.commit(layer, t + n)
+
+    def reserve(self, layer: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The buffers behind ``layer``'s K and V with room for ``n`` more rows after its length ``t``, and ``t``:
+        the caller writes rows t.. t + n - 1 (here, or the native decode in place), then :meth:`commit` shows them."""
         old_k, old_v = self.keys[layer], self.values[layer]
-        t, n = old_k.shape[1], k.shape[1]
+        t = old_k.shape[1]
         room = self._room.get(layer)
         # the buffer is reused only while the layer's tensors are still its views (a loaded or
         # assigned tensor starts a new one)
         if room is None or room[0].shape[1] < t + n or room[0].data_ptr() != old_k.data_ptr() \
-                or room[1].data_ptr() != old_v.data_ptr():
+                or room[1].data_ptr() != old_v.data_ptr() or room[0].dtype != dtype:
             cap = max(t + n, 2 * t, 64)
-            room = (old_k.new_empty((k.shape[0], cap, k.shape[2]), dtype=k.dtype),
-                    old_v.new_empty((v.shape[0], cap, v.shape[2]), dtype=v.dtype))
+            room = (old_k.new_empty((old_k.shape[0], cap, old_k.shape[2]), dtype=dtype),
+                    old_v.new_empty((old_v.shape[0], cap, old_v.shape[2]), dtype=dtype))
             room[0][:, :t], room[1][:, :t] = old_k, old_v
             self._room[layer] = room
-        room[0][:, t : t + n], room[1][:, t : t + n] = k, v
-        self.keys[layer], self.values[layer] = room[0][:, : t + n], room[1][:, : t + n]
+        return room[0], room[1], t
+
+    def commit(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``layer``'s K and V: its buffers' first ``length`` rows (after :meth:`reserve` and the writes)."""
+        room = self._room[layer]
+        self.keys[layer], self.values[layer] = room[0][:, :length], room[1][:, :length]
         return self.keys[layer], self.values[layer]
 
     def truncate(self, n: int) -> None:
@@ -239,7 +259,7 @@ class ReferenceModel:
     def __init__(self, ck: Checkpoint, dtype: torch.dtype = torch.float32, experts_fn: ExpertsFn | None = None,
                  expert_cache_bytes: int = 256 << 20, bf16_gemm: bool = False,
                  native_linear: Projection | None = None, native_attention: DecodeAttention | None = None,
-                 native_rows: RowOps | None = None) -> None:
+                 native_rows: RowOps | None = None, native_decode: DecodeLayer | None = None) -> None:
         self.ck = ck
         self.cfg = ck.config
         self.dtype = dtype
@@ -252,6 +272,8 @@ class ReferenceModel:
         self._native_attn = native_attention if dtype == torch.bfloat16 else None
         # one decode row's norms and RoPE on the native kernel (native_rows.py): no PyTorch dispatch per step
         self._rows = native_rows if dtype == torch.bfloat16 else None
+        # one decode row's whole layer in two native calls where every piece above is native (native_decode.py)
+        self._decode = native_decode if dtype == torch.bfloat16 else None
         self._dense: dict[str, torch.Tensor] = {}
         self._experts = DequantizedExperts(ck, dtype, expert_cache_bytes)
         self._check: Check | None = None
@@ -410,6 +432,10 @@ class ReferenceModel:
         """One layer over all of ``x``. With ``attn_block``, attention runs block by block (bounded
         score memory) while the MoE still sees every token at once, so each expert's weights are
         read once per layer however long the prompt is."""
+        if x.shape[0] == 1 and self._decode is not None:
+            y = self._decode.layer(self, i, x, positions, cache)
+            if y is not None:
+                return y
         p = f"model.layers.{i}."
         check = self._check
         h = self.norm(x, p + "input_layernorm.weight")

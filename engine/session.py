@@ -95,6 +95,7 @@ def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProg
             from native.kernel import load_kernel
 
             from .native_attention import NativeAttention
+            from .native_decode import NativeDecode
             from .native_linear import NativeLinear
             from .native_rows import NativeRows
             from .store.experts_cpu import native_experts_fn  # type: ignore[import-not-found]
@@ -103,7 +104,8 @@ def _select_backend(ck: Checkpoint, settings: EngineSettings, progress: LoadProg
                                    bf16_inputs=dtype == torch.bfloat16)
             kernel = load_kernel()
             return ReferenceBackend(ck, dtype, experts_fn=fn, name="cpu-native", native_linear=NativeLinear(kernel),
-                                    native_attention=NativeAttention(kernel), native_rows=NativeRows(kernel)), note
+                                    native_attention=NativeAttention(kernel), native_rows=NativeRows(kernel),
+                                    native_decode=NativeDecode(kernel)), note
         except Exception as exc:  # the extension may be missing or fail to load: fall back, say why
             msg = f"native CPU expert kernel unavailable ({exc}); using the PyTorch reference"
             log.warning(msg)

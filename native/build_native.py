@@ -13,7 +13,7 @@ from pathlib import Path
 from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ["neural_experts.c", "neural_isa.c", "neural_team.c", "neural_rows.c"]
+SOURCES = ["neural_experts.c", "neural_isa.c", "neural_team.c", "neural_rows.c", "neural_decode.c"]
 
 CDEF = """
 typedef struct neural_shape {
@@ -68,6 +68,19 @@ int neural_attn_decode_bf16(const uint16_t *k, const uint16_t *v, int64_t head_s
                             int group, const float *q, const float *sinks, float scale, int round_p, float *out);
 int neural_rms_norm_bf16(const uint16_t *x, const uint16_t *gain, int n, float eps, uint16_t *out);
 int neural_rope_bf16(uint16_t *x, int rows, int d, const uint16_t *cos_h, const uint16_t *sin_h);
+typedef struct neural_decode_layer {
+    int32_t hidden, heads, kv_heads, head_dim, experts;
+    float eps, scale;
+    const uint16_t *ln1, *ln2;
+    const uint16_t *w[3], *b[3];
+    const uint16_t *wo, *bo, *wr, *br;
+    const float *sinks;
+} neural_decode_layer;
+int neural_decode_attn(const neural_decode_layer *L, uint16_t *x, const uint16_t *cos_h, const uint16_t *sin_h,
+                       uint16_t *kc, uint16_t *vc, int64_t head_stride, int pos, int base, uint16_t *t_out,
+                       uint16_t *router_out);
+int neural_decode_moe(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                      const uint16_t *t, uint16_t *x);
 """
 
 

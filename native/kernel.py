@@ -355,6 +355,57 @@ class NativeKernel:
                                            cast("uint16_t *", out))
         self._check(rc, "rms_norm_bf16")
 
+    def decode_layer(self, dims: Sequence[int], eps: float, scale: float, ln: Sequence[int], qkv: Sequence[int],
+                     qkv_bias: Sequence[int | None], o: tuple[int, int | None], router: tuple[int, int | None],
+                     sinks: np.ndarray) -> Any:
+        """A ``neural_decode_layer`` for :meth:`decode_attn`: ``dims`` (hidden, heads, kv_heads, head_dim, experts);
+        the addresses of the bf16 norm gains ``ln`` (input, post-attention), the q/k/v matrices and their biases (or
+        None), o_proj's and the router's (matrix, bias); ``sinks`` fp32 [heads], kept alive with the descriptor. The
+        caller keeps the bf16 tensors alive while the descriptor is used."""
+        if len(dims) != 5 or min(dims) <= 0 or len(ln) != 2 or len(qkv) != 3 or len(qkv_bias) != 3:
+            raise ValueError("decode_layer needs 5 positive dims, 2 norm gains and q, k, v with their biases")
+        sk = np.ascontiguousarray(sinks, np.float32)
+        if sk.shape != (dims[1],):
+            raise ValueError(f"sinks must hold {dims[1]} fp32 values, got {sk.shape}")
+        d = self.ffi.new("neural_decode_layer *")
+        d.hidden, d.heads, d.kv_heads, d.head_dim, d.experts = (int(v) for v in dims)
+        d.eps, d.scale = eps, scale
+        u16 = "const uint16_t *"
+        ptr = self.ffi.cast
+        d.ln1, d.ln2 = ptr(u16, ln[0]), ptr(u16, ln[1])
+        for i in range(3):
+            d.w[i] = ptr(u16, qkv[i])
+            d.b[i] = self.ffi.NULL if qkv_bias[i] is None else ptr(u16, qkv_bias[i])
+        d.wo, d.bo = ptr(u16, o[0]), self.ffi.NULL if o[1] is None else ptr(u16, o[1])
+        d.wr, d.br = ptr(u16, router[0]), self.ffi.NULL if router[1] is None else ptr(u16, router[1])
+        owner = self.ffi.from_buffer(sk)
+        d.sinks = ptr("const float *", owner)
+        return ExpertRef(d, [sk, owner])
+
+    def decode_attn(self, layer: Any, x: int, cos: int, sin: int, kc: int, vc: int, head_stride: int, pos: int,
+                    base: int, t_out: int, router_out: int) -> None:
+        """neural_decode_attn (neural_decode.c) on the bf16 row at ``x`` in place with a :meth:`decode_layer`: the
+        K/V row written at ``pos`` of the caches at ``kc`` / ``vc``, attention over rows ``base``..``pos``, the
+        post-attention norm into ``t_out`` and the router's bf16 logits into ``router_out`` (addresses kept alive by
+        the caller)."""
+        u16 = "uint16_t *"
+        ptr = self.ffi.cast
+        rc = self.lib.neural_decode_attn(layer.cdata, ptr(u16, x), ptr("const uint16_t *", cos),
+                                         ptr("const uint16_t *", sin), ptr(u16, kc), ptr(u16, vc), head_stride, pos,
+                                         base, ptr(u16, t_out), ptr(u16, router_out))
+        self._check(rc, "decode_attn")
+
+    def decode_moe(self, shape: Any, experts: Sequence[ExpertRef], weights: np.ndarray, t: int, x: int) -> None:
+        """neural_decode_moe: the bf16 row at ``x`` += bf16(:meth:`moe_token` of the bf16 row at ``t``), rounded as
+        a bf16 add rounds (addresses kept alive by the caller)."""
+        k = len(experts)
+        if not 1 <= k <= MAX_K:
+            raise ValueError(f"1..{MAX_K} experts per call, got {k}")
+        arr = self.ffi.new("neural_expert *[]", [e.cdata for e in experts])
+        rc = self.lib.neural_decode_moe(shape, arr, self._f32(weights, (k,), "weights"), k,
+                                        self.ffi.cast("const uint16_t *", t), self.ffi.cast("uint16_t *", x))
+        self._check(rc, "decode_moe")
+
     def rope_bf16(self, x: int, rows: int, d: int, cos: int, sin: int) -> None:
         """RoPE in place on ``rows`` bf16 rows of ``d`` values at address ``x``, cos/sin bf16 [d/2] at ``cos`` and
         ``sin`` (half-split pairs, rounded as PyTorch's bf16 operations round)."""

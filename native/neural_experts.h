@@ -211,6 +211,29 @@ int neural_rms_norm_bf16(const uint16_t *x, const uint16_t *gain, int n, float e
 /* RoPE in place on rows x [rows][d] of bf16 (half-split pairing: element i with i + d/2), cos/sin bf16 [d/2],
    rounded as PyTorch's bf16 operations round: x1*c, x2*s, x2*c, x1*s each to bf16, then their difference and sum. */
 int neural_rope_bf16(uint16_t *x, int rows, int d, const uint16_t *cos_h, const uint16_t *sin_h);
+/* One decode token's layer weights for neural_decode_attn (neural_decode.c): RMSNorm gains ln1 (input) and ln2
+   (post-attention) [hidden]; q, k, v projections w[0..2] [heads*d | kv_heads*d][hidden] with biases b[0..2] (or NULL);
+   o_proj wo [hidden][heads*d], bias bo; router wr [experts][hidden], bias br; sinks fp32 [heads]; all bf16 but sinks.
+   scale: the scores' factor (head_dim^-0.5). */
+typedef struct neural_decode_layer {
+    int32_t hidden, heads, kv_heads, head_dim, experts;
+    float eps, scale;
+    const uint16_t *ln1, *ln2;
+    const uint16_t *w[3], *b[3];
+    const uint16_t *wo, *bo, *wr, *br;
+    const float *sinks;
+} neural_decode_layer;
+/* The attention half of a decode layer on the bf16 row x [hidden], in place: h = rms_norm(x, ln1); q, k, v =
+   neural_linear_bf16_nb(h); RoPE on q and k (cos/sin bf16 [d/2] of the position); k and v written as row pos of the
+   cache kc / vc ([kv_heads] blocks head_stride elements apart, [.. pos ..][d] each); neural_attn_decode_bf16 of the
+   widened q over rows base..pos (probabilities rounded); its output rounded to bf16; o = o_proj of it;
+   x = bf16(x + o); t_out = rms_norm(x, ln2); router_out = the router's bf16 logits [experts] of t_out. */
+int neural_decode_attn(const neural_decode_layer *L, uint16_t *x, const uint16_t *cos_h, const uint16_t *sin_h,
+                       uint16_t *kc, uint16_t *vc, int64_t head_stride, int pos, int base, uint16_t *t_out,
+                       uint16_t *router_out);
+/* The experts' half, in place on the bf16 row x [hidden]: x = bf16(x + bf16(neural_moe_token(widened t))). */
+int neural_decode_moe(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
+                      const uint16_t *t, uint16_t *x);
 /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < npairs on the current ISA path (for the tests). */
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 
