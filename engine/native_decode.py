@@ -35,11 +35,14 @@ class NativeDecode:
         self.kernel = kernel
         self.enabled = True
         self._layers: dict[int, Any] = {}  # layer -> neural_decode_layer descriptor
+        self._tables: dict[tuple[int, int], Any] = {}  # (id of the NativeExperts, layer) -> its experts' table
+        self._scratch: tuple[torch.Tensor, torch.Tensor] | None = None  # the post-attention row, the router's logits
 
     def _give_up(self, exc: Exception) -> None:
         log.warning("native decode layer unavailable (%s); using the per-piece path", exc)
         self.enabled = False
         self._layers.clear()
+        self._tables.clear()
 
     def _experts(self, m: ReferenceModel) -> Any:
         """The NativeExperts behind the model's experts function, when it is that one unwrapped."""
@@ -100,17 +103,23 @@ class NativeDecode:
             if pos != t:
                 raise ValueError(f"position {pos} is not the cache's next row {t}")
             base = max(0, pos - window + 1) if window else 0
+            ex = self._experts(m)
+            table = self._tables.get((id(ex), i))
+            if table is None:  # every expert's descriptor of the layer, once (the ref holds the NativeExperts)
+                table = self.kernel.decode_table(ex._token_refs(i, list(range(cfg.num_local_experts)), None, None))
+                table.keep.append(ex)
+                self._tables[(id(ex), i)] = table
+            if self._scratch is None:  # only read within this call: one pair for every layer and token
+                self._scratch = (torch.empty_like(x), torch.empty(1, cfg.num_local_experts, dtype=torch.bfloat16))
+            tn, logits = self._scratch
             y = x.clone()  # in place below; x stays as the caller passed it
-            tn = torch.empty_like(y)
-            logits = torch.empty(1, cfg.num_local_experts, dtype=torch.bfloat16)
             self.kernel.decode_attn(desc, y.data_ptr(), cos.data_ptr(), sin.data_ptr(), kc.data_ptr(),
                                     vc.data_ptr(), kc.stride(0), pos, base, tn.data_ptr(), logits.data_ptr())
             cache.commit(i, t + 1)
             top, idx = torch.topk(logits, cfg.num_experts_per_tok, dim=-1)  # as ReferenceModel.route
             w = F.softmax(top, dim=-1, dtype=top.dtype)
-            ex = self._experts(m)
-            refs = ex._token_refs(i, idx[0].tolist(), None, None)
-            self.kernel.decode_moe(ex.shape, refs, w[0].to(torch.float32).numpy(), tn.data_ptr(), y.data_ptr())
+            self.kernel.decode_moe(ex.shape, table, idx.data_ptr(), w.data_ptr(), cfg.num_experts_per_tok,
+                                   tn.data_ptr(), y.data_ptr())
         except Exception as exc:  # an optimisation: the per-piece path from now on, say why once
             self._give_up(exc)
             if t is not None:  # the layer's K/V as they were: the per-piece path appends the row itself

@@ -79,8 +79,8 @@ typedef struct neural_decode_layer {
 int neural_decode_attn(const neural_decode_layer *L, uint16_t *x, const uint16_t *cos_h, const uint16_t *sin_h,
                        uint16_t *kc, uint16_t *vc, int64_t head_stride, int pos, int base, uint16_t *t_out,
                        uint16_t *router_out);
-int neural_decode_moe(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
-                      const uint16_t *t, uint16_t *x);
+int neural_decode_moe(const neural_shape *s, const neural_expert *const *table, int n_experts, const int64_t *idx,
+                      const uint16_t *w, int k, const uint16_t *t, uint16_t *x);
 """
 
 

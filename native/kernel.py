@@ -395,15 +395,21 @@ class NativeKernel:
                                          base, ptr(u16, t_out), ptr(u16, router_out))
         self._check(rc, "decode_attn")
 
-    def decode_moe(self, shape: Any, experts: Sequence[ExpertRef], weights: np.ndarray, t: int, x: int) -> None:
-        """neural_decode_moe: the bf16 row at ``x`` += bf16(:meth:`moe_token` of the bf16 row at ``t``), rounded as
-        a bf16 add rounds (addresses kept alive by the caller)."""
-        k = len(experts)
+    def decode_table(self, experts: Sequence[ExpertRef]) -> ExpertRef:
+        """A layer's expert descriptors as the array :meth:`decode_moe` indexes (kept alive with it)."""
+        arr = self.ffi.new("neural_expert *[]", [e.cdata for e in experts])
+        return ExpertRef(arr, [list(experts)])  # keep[0]: the descriptors, in id order
+
+    def decode_moe(self, shape: Any, table: ExpertRef, idx: int, w: int, k: int, t: int, x: int) -> None:
+        """neural_decode_moe: the bf16 row at ``x`` += bf16(:meth:`moe_token` of the bf16 row at ``t``) over the experts
+        ``table`` (:meth:`decode_table`) picked by the ``k`` int64 ids at ``idx`` with the bf16 weights at ``w``,
+        rounded as a bf16 add rounds (addresses kept alive by the caller)."""
         if not 1 <= k <= MAX_K:
             raise ValueError(f"1..{MAX_K} experts per call, got {k}")
-        arr = self.ffi.new("neural_expert *[]", [e.cdata for e in experts])
-        rc = self.lib.neural_decode_moe(shape, arr, self._f32(weights, (k,), "weights"), k,
-                                        self.ffi.cast("const uint16_t *", t), self.ffi.cast("uint16_t *", x))
+        cast = self.ffi.cast
+        rc = self.lib.neural_decode_moe(shape, table.cdata, len(table.keep[0]), cast("const int64_t *", idx),
+                                        cast("const uint16_t *", w), k, cast("const uint16_t *", t),
+                                        cast("uint16_t *", x))
         self._check(rc, "decode_moe")
 
     def rope_bf16(self, x: int, rows: int, d: int, cos: int, sin: int) -> None:

@@ -68,9 +68,16 @@ int neural_decode_attn(const neural_decode_layer *L, uint16_t *x, const uint16_t
     return rc;
 }
 
-int neural_decode_moe(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
-                      const uint16_t *t, uint16_t *x) {
-    if (!s || !t || !x || s->hidden <= 0) return NEURAL_EINVAL;
+int neural_decode_moe(const neural_shape *s, const neural_expert *const *table, int n_experts, const int64_t *idx,
+                      const uint16_t *w, int k, const uint16_t *t, uint16_t *x) {
+    if (!s || !table || !idx || !w || !t || !x || s->hidden <= 0 || k < 1 || k > NEURAL_MAX_K) return NEURAL_EINVAL;
+    const neural_expert *experts[NEURAL_MAX_K];
+    float weights[NEURAL_MAX_K];
+    for (int j = 0; j < k; j++) { /* the router's picks: ids into this layer's table, weights widened exactly */
+        if (idx[j] < 0 || idx[j] >= n_experts || !table[idx[j]]) return NEURAL_EINVAL;
+        experts[j] = table[idx[j]];
+        weights[j] = f32(w[j]);
+    }
     const int H = s->hidden;
     float *f = malloc((size_t)H * 2 * sizeof(float));
     if (!f) return NEURAL_ENOMEM;

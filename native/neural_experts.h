@@ -231,9 +231,11 @@ typedef struct neural_decode_layer {
 int neural_decode_attn(const neural_decode_layer *L, uint16_t *x, const uint16_t *cos_h, const uint16_t *sin_h,
                        uint16_t *kc, uint16_t *vc, int64_t head_stride, int pos, int base, uint16_t *t_out,
                        uint16_t *router_out);
-/* The experts' half, in place on the bf16 row x [hidden]: x = bf16(x + bf16(neural_moe_token(widened t))). */
-int neural_decode_moe(const neural_shape *s, const neural_expert *const *experts, const float *weights, int k,
-                      const uint16_t *t, uint16_t *x);
+/* The experts' half, in place on the bf16 row x [hidden]: x = bf16(x + bf16(neural_moe_token(widened t))) over the
+   experts table[idx[j]] (the layer's n_experts descriptors) with the widened bf16 weights w[j], j < k: the router's
+   top-k ids (int64) and softmax as PyTorch gives them. */
+int neural_decode_moe(const neural_shape *s, const neural_expert *const *table, int n_experts, const int64_t *idx,
+                      const uint16_t *w, int k, const uint16_t *t, uint16_t *x);
 /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < npairs on the current ISA path (for the tests). */
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 

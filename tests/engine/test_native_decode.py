@@ -98,3 +98,25 @@ def test_a_failing_native_call_falls_back_with_the_cache_intact(cpu_engine: Any,
     assert "native decode layer unavailable (simulated)" in caplog.text
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     assert be.length == 2 + len(steps)
+
+
+def test_an_expert_id_outside_the_layers_table_is_refused(cpu_engine: Any) -> None:
+    from native.kernel import KernelError
+
+    be = cpu_engine.backend
+    m = be.model
+    _decode(be, [5, 9], [3])  # the fused path built layer 0's table
+    d = m._decode
+    table = next(iter(d._tables.values()))
+    ex = d._experts(m)
+    n = m.cfg.num_local_experts
+    t = torch.zeros(1, m.cfg.hidden_size, dtype=torch.bfloat16)
+    x = torch.zeros_like(t)
+    w = torch.ones(1, 2, dtype=torch.bfloat16)
+    for bad in ([0, n], [-1, 0]):
+        idx = torch.tensor([bad], dtype=torch.int64)
+        with pytest.raises(KernelError, match="decode_moe"):
+            d.kernel.decode_moe(ex.shape, table, idx.data_ptr(), w.data_ptr(), 2, t.data_ptr(), x.data_ptr())
+    idx = torch.tensor([[0, n - 1]], dtype=torch.int64)
+    d.kernel.decode_moe(ex.shape, table, idx.data_ptr(), w.data_ptr(), 2, t.data_ptr(), x.data_ptr())
+    assert bool(torch.isfinite(x.float()).all())
