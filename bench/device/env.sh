@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Sourced by the device scripts (repo root, device tool, carry [".whl"]): install the Python
-# wheels carried in .whl/ (cffi, pycparser, platformdirs: the device image lacks them) into
-# /tmp/site, put the repo on PYTHONPATH and build the native CPU expert kernel in place.
+# wheels carried in .whl/ (cffi, pycparser, platformdirs, llguidance: the device image lacks them;
+# bench/device/wheels.sh downloads them) into /tmp/site, put the repo on PYTHONPATH and build the
+# native CPU expert kernel in place.
 # Sets $OUT (default /tmp/neural-out; the build log goes to $NATIVE_LOG, default $OUT/native_build.log),
 # $T0 and left() (seconds left of BUDGET_S, default 570); $PY defaults to python3.
 PY=${PY:-python3}
