@@ -22,6 +22,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from .native_attention import NativeAttention
+from .native_linear import NativeLinear
+from .native_rows import NativeRows
+
 if TYPE_CHECKING:
     from .reference import KVCache, ReferenceModel
 
@@ -53,10 +57,6 @@ class NativeDecode:
         return owner if isinstance(owner, NativeExperts) and fn is NativeExperts.forward else None
 
     def applies(self, m: ReferenceModel, x: torch.Tensor) -> bool:
-        from .native_attention import NativeAttention
-        from .native_linear import NativeLinear
-        from .native_rows import NativeRows
-
         cfg = m.cfg
         return (self.enabled and x.shape[0] == 1 and x.dtype == torch.bfloat16 and x.device.type == "cpu"
                 and m.dtype == torch.bfloat16 and type(m._native) is NativeLinear and m._native.enabled
