@@ -34,6 +34,8 @@ def test_split_counts_each_part(tiny_model: Path, capsys: pytest.CaptureFixture[
     assert d["probe_GB_s_MEASURED"] == max(d["probe_GB_s_by_isa"].values())
     assert k.isa == d["isa"]
     assert d["tok_s_MEASURED"] > 0 and d["ms_per_token_split"] > 0
+    native = sum(v["ms_per_token"] for v in parts.values())  # the shipped path's glue: the plain run less the parts
+    assert d["other_shipping_ms_CALCULATED"] == pytest.approx(d["ms_per_token_MEASURED"] - native, abs=1e-6)
 
 
 def test_separate_qkv_times_each_projection(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
