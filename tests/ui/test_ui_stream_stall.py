@@ -167,10 +167,25 @@ def test_the_probe_sees_a_render_that_works_too_long(qtbot):
     assert cpu >= 0.075 and wall >= cpu - 0.001  # two clocks: the thread's CPU clock may run a few µs ahead
 
 
+def quiet_cpu(limit_s: float = 90.0) -> float:
+    """Wait (at most ``limit_s``) until the machine's other processes use under a third of one core, so that the
+    probe's CPU clock counts our work: on a 2-core VM a process left busy by an earlier test shares the cores (two
+    fresh-clone CI runs of session 24 read 63-71 ms at load 1.0-1.1; alone, the same build 31.6 ms at load 0.2).
+    Seconds waited."""
+    import psutil
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit_s:
+        if psutil.cpu_percent(interval=1.0) * (os.cpu_count() or 1) / 100.0 < 0.33:
+            break
+    return time.perf_counter() - t0
+
+
 @pytest.mark.slow
 # the offscreen platform says it cannot propagate size hints when the window is shown: not ours
 @pytest.mark.qt_log_ignore("does not support propagateSizeHints")
 def test_streaming_8000_tokens_with_code_at_60_per_s_never_stalls(qtbot):
+    waited = quiet_cpu()
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     cpu, cpu_wall, wall, render_s, chars, most = stream(qtbot, 8000, 60.0)
     *_x, chars_half, _m = stream(qtbot, 4000, 60.0)
@@ -178,5 +193,6 @@ def test_streaming_8000_tokens_with_code_at_60_per_s_never_stalls(qtbot):
     load = max(load0, os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
     print(f"MEASURED 8000 tokens at 60 tok/s: most GUI-thread CPU between two turns {cpu * 1000:.1f} ms "
           f"(a {cpu_wall * 1000:.1f} ms gap), longest wall gap {wall * 1000:.1f} ms, render {render_s:.2f} s, "
-          f"chars {chars}, most in one update {most}, load average {load:.1f} on {os.cpu_count()} cores")
+          f"chars {chars}, most in one update {most}, load average {load:.1f} on {os.cpu_count()} cores, "
+          f"waited {waited:.0f} s for the other processes' CPU to settle")
     assert cpu <= 0.050, f"the GUI thread worked {cpu * 1000:.0f} ms without turning the event loop"
