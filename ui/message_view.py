@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 
 from engine.types import ToolCall
-from ui.latency import hold_full_collections, release_full_collections
 from ui.markdown_render import MarkdownRenderer, plain_to_html
 from ui.qt import QApplication, QFrame, QHBoxLayout, QLabel, Qt, QTimer, QToolButton, QVBoxLayout, QWidget, Signal
 from ui.rich_text_view import RichTextView
@@ -65,7 +64,6 @@ class MessageWidget(QFrame):
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
         self._render_timer.timeout.connect(self._render_stream)
-        self._holding_gc = False  # full collections held while this answer streams (ui/latency.py)
         self.setObjectName("userBubble" if vm.role == "user" else "assistantBubble")
         outer = QVBoxLayout(self)
         outer.setContentsMargins(12, 8, 12, 8)
@@ -132,10 +130,6 @@ class MessageWidget(QFrame):
     # ---- content ------------------------------------------------------------------------
     def set_model(self, vm: MessageViewModel) -> None:
         self.vm = vm
-        if self._holding_gc and not vm.streaming:  # the answer is over: full collections may run again
-            self._holding_gc = False
-            self.destroyed.disconnect(_release_gc)
-            release_full_collections()
         self._render_timer.stop()
         self._update_chrome()
         self._render_body()
@@ -188,10 +182,6 @@ class MessageWidget(QFrame):
         """Called for every delta; renders at most every few dozen milliseconds."""
         self.vm.content, self.vm.reasoning, self.vm.tool_calls = content, reasoning, tool_calls
         self.vm.streaming = True
-        if not self._holding_gc:
-            self._holding_gc = True
-            hold_full_collections()
-            self.destroyed.connect(_release_gc)  # a bubble deleted mid-answer never finishes
         if not self._render_timer.isActive():
             # The throttle adapts to the measured cost: rendering stays under ~25 % of the GUI time.
             interval = max(self.min_interval_ms, int(self._last_render_s * 4000))
@@ -213,7 +203,3 @@ class MessageWidget(QFrame):
 
     def _copy_all(self) -> None:
         QApplication.clipboard().setText(self.vm.content)
-
-
-def _release_gc(*_: object) -> None:
-    release_full_collections()
