@@ -169,8 +169,8 @@ def test_the_probe_sees_a_render_that_works_too_long(qtbot):
 
 def quiet_cpu(limit_s: float = 90.0) -> float:
     """Wait (at most ``limit_s``) until the machine's other processes use under a third of one core, so that the
-    probe's CPU clock counts our work: on a 2-core VM a process left busy by an earlier test shares the cores (two
-    fresh-clone CI runs of session 24 read 63-71 ms at load 1.0-1.1; alone, the same build 31.6 ms at load 0.2).
+    probe's CPU clock counts our work: on a 2-core VM a process left busy by an earlier test shares the cores (a
+    fresh-clone CI run of session 24 read 70.7 ms at load 1.0; alone, the same build 15.3-31.6 ms at load 0.2).
     Seconds waited."""
     import psutil
 
