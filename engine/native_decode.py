@@ -56,14 +56,16 @@ class NativeDecode:
         fn = getattr(m.experts_fn, "__func__", None)
         return owner if isinstance(owner, NativeExperts) and fn is NativeExperts.forward else None
 
-    def applies(self, m: ReferenceModel, x: torch.Tensor) -> bool:
+    def applies(self, m: ReferenceModel, x: torch.Tensor) -> Any:
+        """The NativeExperts the fused layer computes with, or None where it does not apply."""
         cfg = m.cfg
-        return (self.enabled and x.shape[0] == 1 and x.dtype == torch.bfloat16 and x.device.type == "cpu"
-                and m.dtype == torch.bfloat16 and type(m._native) is NativeLinear and m._native.enabled
-                and type(m._native_attn) is NativeAttention and m._native_attn.enabled
-                and type(m._rows) is NativeRows and m._rows.enabled and self._experts(m) is not None
-                and cfg.hidden_size % 16 == 0 and cfg.head_dim % 16 == 0
-                and (cfg.num_attention_heads * cfg.head_dim) % 16 == 0)
+        ok = (self.enabled and x.shape[0] == 1 and x.dtype == torch.bfloat16 and x.device.type == "cpu"
+              and m.dtype == torch.bfloat16 and type(m._native) is NativeLinear and m._native.enabled
+              and type(m._native_attn) is NativeAttention and m._native_attn.enabled
+              and type(m._rows) is NativeRows and m._rows.enabled
+              and cfg.hidden_size % 16 == 0 and cfg.head_dim % 16 == 0
+              and (cfg.num_attention_heads * cfg.head_dim) % 16 == 0)
+        return self._experts(m) if ok else None
 
     def _layer(self, m: ReferenceModel, i: int) -> Any:
         desc = self._layers.get(i)
@@ -90,7 +92,8 @@ class NativeDecode:
               cache: KVCache) -> torch.Tensor | None:
         """ReferenceModel.layer for one bf16 row at ``positions`` [1]: the new row, or None where this does not
         apply (the caller runs the per-piece path, which then still owns the K/V append)."""
-        if not self.applies(m, x):
+        ex = self.applies(m, x)
+        if ex is None:
             return None
         cfg = m.cfg
         t: int | None = None
@@ -103,7 +106,6 @@ class NativeDecode:
             if pos != t:
                 raise ValueError(f"position {pos} is not the cache's next row {t}")
             base = max(0, pos - window + 1) if window else 0
-            ex = self._experts(m)
             table = self._tables.get((id(ex), i))
             if table is None:  # every expert's descriptor of the layer, once (the ref holds the NativeExperts)
                 table = self.kernel.decode_table(ex._token_refs(i, list(range(cfg.num_local_experts)), None, None))
