@@ -69,6 +69,10 @@ class EngineSettings:
     # against 74.6 beside (A B B A: beside / queue-first 0.970), uniform 61.1 / 61.2; beside, the CPU phase grew
     # by the queueing (9.1-10.7 against 6.5-7.8 ms a token) and the split sent the lane fewer misses
     decode_lane_beside: bool = False
+    # with the copy lane: a layer's routing rows, copies and graph launch queued by one native call
+    # (native/neural_lane.c) instead of Python around six cudaMemcpy2DAsync and a launch (lane_start 1.1-2.1 ms a
+    # token at 18 layers, session 24, of which the runtime calls ~0.5: bench/gpu/zero_copy_probe.py, MEASURED)
+    decode_lane_native: bool = True
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
@@ -139,7 +143,8 @@ class EngineSettings:
             raise bad("prompt_block", "must be between 16 and 16384")
         if type(self.early_poll_ns) is not int or not 0 <= self.early_poll_ns <= 100_000:
             raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
-        for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split", "decode_lane_beside"):
+        for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split", "decode_lane_beside",
+                     "decode_lane_native"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):

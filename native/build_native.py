@@ -13,7 +13,8 @@ from pathlib import Path
 from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ["neural_experts.c", "neural_isa.c", "neural_team.c", "neural_rows.c", "neural_decode.c"]
+SOURCES = ["neural_experts.c", "neural_isa.c", "neural_team.c", "neural_rows.c", "neural_decode.c",
+           "neural_lane.c"]
 
 CDEF = """
 typedef struct neural_shape {
@@ -81,6 +82,9 @@ int neural_decode_attn(const neural_decode_layer *L, uint16_t *x, const uint16_t
                        uint16_t *router_out);
 int neural_decode_moe(const neural_shape *s, const neural_expert *const *table, int n_experts, const int64_t *idx,
                       const uint16_t *w, int k, const uint16_t *t, uint16_t *x);
+int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec, uint64_t pool, int64_t slot_bytes,
+                      int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots, int32_t *route,
+                      int bt, const int32_t *experts, const float *weights, int m, int32_t *failed);
 """
 
 

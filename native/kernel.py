@@ -412,6 +412,34 @@ class NativeKernel:
                                         cast("uint16_t *", x))
         self._check(rc, "decode_moe")
 
+    def lane_issue(self, copy2d: int, launch: int, stream: int, graph_exec: int, pool: int, slot_bytes: int,
+                   max_pitch: int, parts: np.ndarray, slots: np.ndarray, route: np.ndarray, experts: Sequence[int],
+                   weights: Sequence[float]) -> None:
+        """neural_lane_issue: one copy-lane layer's routing rows written into ``route`` (int32 [3 * bt]), its copies
+        queued through the runtime function at address ``copy2d`` (cudaMemcpy2DAsync) on ``stream``, and the graph
+        ``graph_exec`` launched through ``launch`` (cudaGraphLaunch) unless it is 0. ``parts``: int64 [n, 3] (address
+        of expert 0's bytes, bytes per expert, offset in a slot); ``slots``: int32, at least one per expert. A runtime
+        error raises KernelError naming the call."""
+        m = len(experts)
+        if not 1 <= m <= 8 or len(weights) != m or slots.shape[0] < m:
+            raise ValueError(f"1..8 experts with as many weights and slots, got {m}, {len(weights)}, {slots.shape[0]}")
+        if parts.dtype != np.int64 or parts.ndim != 2 or parts.shape[1] != 3 or not parts.flags.c_contiguous:
+            raise ValueError("parts must be a C-contiguous int64 [n, 3] array")
+        if route.dtype != np.int32 or slots.dtype != np.int32 or route.shape[0] % 3 or route.shape[0] < 3 * m:
+            raise ValueError("route must be int32 [3 * bt] with bt >= the experts, slots int32")
+        cast, new = self.ffi.cast, self.ffi.new
+        failed = new("int32_t *")
+        rc = self.lib.neural_lane_issue(
+            cast("void *", copy2d), cast("void *", launch), cast("void *", stream), cast("void *", graph_exec), pool,
+            slot_bytes, max_pitch, cast("const int64_t *", parts.ctypes.data), parts.shape[0],
+            cast("const int32_t *", slots.ctypes.data), cast("int32_t *", route.ctypes.data), route.shape[0] // 3,
+            new("int32_t[]", list(experts)), new("float[]", list(weights)), m, failed)
+        if rc < 0:  # the kernel's own codes
+            self._check(rc, "lane_issue")
+        if rc > 0:  # the runtime's
+            what = "cudaGraphLaunch" if failed[0] == -2 else f"cudaMemcpy2DAsync (copy {failed[0]})"
+            raise KernelError(f"lane_issue: {what} failed with CUDA error {rc}")
+
     def rope_bf16(self, x: int, rows: int, d: int, cos: int, sin: int) -> None:
         """RoPE in place on ``rows`` bf16 rows of ``d`` values at address ``x``, cos/sin bf16 [d/2] at ``cos`` and
         ``sin`` (half-split pairs, rounded as PyTorch's bf16 operations round)."""

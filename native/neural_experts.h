@@ -236,6 +236,16 @@ int neural_decode_attn(const neural_decode_layer *L, uint16_t *x, const uint16_t
    top-k ids (int64) and softmax as PyTorch gives them. */
 int neural_decode_moe(const neural_shape *s, const neural_expert *const *table, int n_experts, const int64_t *idx,
                       const uint16_t *w, int k, const uint16_t *t, uint16_t *x);
+/* The decode copy lane's queueing of one layer (neural_lane.c): route rows [ids | weight bits | slots] of bt entries
+   each written for the m experts in ascending id order (slot -1 in the rest), then per expert (or pair of experts
+   bound for adjacent slots, their source rows d * size apart, d * size <= max_pitch) one copy2d per part p of
+   parts[3p..3p+2] = (address of expert 0's bytes, bytes per expert, offset in a slot) into pool + slot * slot_bytes,
+   on stream, through copy2d (cudaMemcpy2DAsync's signature, host to device); then launch(graph_exec, stream) unless
+   graph_exec is NULL. A failing runtime call's error code (> 0) is returned and *failed set to the copy's index,
+   or to -2 for the launch. */
+int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec, uint64_t pool, int64_t slot_bytes,
+                      int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots, int32_t *route,
+                      int bt, const int32_t *experts, const float *weights, int m, int32_t *failed);
 /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < npairs on the current ISA path (for the tests). */
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 

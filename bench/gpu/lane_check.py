@@ -18,6 +18,7 @@ routing depends on rounding (the uniform synthetic: random routers).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -103,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rel = rel_of(forced[0])
     agree = float(np.mean([int(a.argmax()) == int(b.argmax()) for a, b in zip(forced[0], off[0], strict=True)]))
-    out.update({"off_bit_identical": same(off[0], off[1]),
+    def sha(got: list[torch.Tensor]) -> str:  # to compare runs of two processes (e.g. one setting against another)
+        return hashlib.sha256(b"".join(t.float().cpu().numpy().tobytes() for t in got)).hexdigest()[:16]
+
+    out.update({"off_sha256": sha(off[0]), "forced_sha256": sha(forced[0]),
+                "off_bit_identical": same(off[0], off[1]),
                 "forced_bit_identical": all(same(forced[0], f) for f in forced[1:]),
                 "max_rel_forced_vs_off": round(max(rel), 5), "mean_rel": round(float(np.mean(rel)), 5),
                 "argmax_agree": agree, "late_steps": be.decoder.late_steps})

@@ -49,7 +49,7 @@ WIDTH = 2  # the most misses of one layer the lane takes; it holds 2 x WIDTH scr
 
 class CopyLane:
     def __init__(self, core: Any, direct: MappedExperts, width: int = WIDTH, cpu_fixed_ms: float = 0.05,
-                 split_units: bool = False) -> None:
+                 split_units: bool = False, native: Any = None) -> None:
         plan = core.plan
         need = 2 * width + (2 if split_units else 0)
         if plan.n_scratch < need:
@@ -82,6 +82,12 @@ class CopyLane:
         # slot) of each part, so a copy is one runtime call with no planning (the host issues them on the
         # critical path, before the CPU's share starts)
         self._parts: dict[int, list[tuple[int, int, int]]] = {}
+        # the same, as the int64 [parts, 3] array that native/neural_lane.c reads; with a native kernel (``native``,
+        # a NativeKernel) and the runtime's function addresses, a layer's routing rows, copies and launch are one
+        # call (lane_issue), not ~76 us of Python a layer on caches the CPU experts have just flushed
+        self._parts_np: dict[int, np.ndarray] = {}
+        self._slots_np = [np.asarray(s, dtype=np.int32) for s in self.slots]
+        self.native = native if native is not None and hasattr(native, "lane_issue") else None
         self._events: list[tuple[Any, Any, Any] | None] = [None, None]
         self._spare = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in (0, 1)] \
             if self.cuda else []
@@ -164,6 +170,9 @@ class CopyLane:
         weight, units) of a split expert whose last ``units`` units the lane computes too. Every ``TIME_EVERY``-th
         use, and every probe, is timed by GPU events for the split's rates."""
         p = layer % 2
+        if self.native is not None and part is None and hasattr(self._rt, "addresses"):
+            self._start_native(layer, p, experts, weights)
+            return
         order = sorted(range(len(experts)), key=experts.__getitem__)  # ascending ids pair their copies
         experts = [experts[j] for j in order]
         m = len(experts)
@@ -205,6 +214,41 @@ class CopyLane:
                     self.graphs[p].replay()
                 else:
                     self._kernels(p)
+        if timed:
+            t1.record(stream)
+            self._events[p] = (t0, tc, t1)
+
+    def _start_native(self, layer: int, p: int, experts: Sequence[int], weights: Sequence[float]) -> None:
+        """:meth:`start` for whole experts with the native kernel: the routing rows, the copies (paired as
+        :meth:`_queue_copies` pairs them) and, untimed, the graph launch in one call (native/neural_lane.c)."""
+        m = len(experts)
+        self.experts += m
+        self.uses += 1
+        parts = self._parts_np.get(layer)
+        if parts is None:
+            parts = self._parts_np[layer] = np.asarray(self._layer_parts(layer), dtype=np.int64)
+        copy, launch = self._rt.addresses  # type: ignore[union-attr]  # start() checked
+        stream = self.stream
+        timed = stream is not None and (self.uses % TIME_EVERY == 0 or self.rates.probed)
+        exe = self._execs[p] if stream is not None and self._execs and not timed else 0
+        if timed:
+            t0, tc, t1 = self._spare[p]
+            t0.record(stream)
+        self.native.lane_issue(copy, launch,  # type: ignore[union-attr]  # start() checked stream.cuda_stream if stream is not None else 0, exe,
+                               self.core.pool.data_ptr(), self.core.plan.slot_bytes, MAX_PITCH, parts,
+                               self._slots_np[p], self.np_route[p], experts, weights)
+        if exe:
+            return
+        if stream is None:  # interpreter / CPU tensors: the kernels at once
+            self._kernels(p)
+            return
+        if timed:
+            tc.record(stream)
+        if self._rt is not None and self._execs:
+            self._rt.graph_launch(self._execs[p], stream.cuda_stream)
+        else:
+            with torch.cuda.stream(stream):
+                self.graphs[p].replay() if self.graphs else self._kernels(p)
         if timed:
             t1.record(stream)
             self._events[p] = (t0, tc, t1)

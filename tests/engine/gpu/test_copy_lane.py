@@ -182,6 +182,79 @@ def test_start_orders_the_experts_and_keeps_each_weight_with_its_expert(tiny_ck:
     assert rel(torch.from_numpy(out), torch.from_numpy(cpu)) < 1e-2
 
 
+COPY2D = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                          ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+
+
+class AddressRuntime(HostRuntime):
+    """HostRuntime whose cudaMemcpy2DAsync also has an address, for native/neural_lane.c to call (a ctypes callback:
+    the same row copies, recorded with their arguments); ``fail_at`` makes that call return CUDA error 700."""
+
+    def __init__(self, fail_at: int = -1) -> None:
+        super().__init__()
+        self.calls: list[tuple[int, ...]] = []
+        self.fail_at = fail_at
+
+        def copy(dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: int, stream: int) -> int:
+            self.calls.append((dst, dpitch, src, spitch, width, height, kind))
+            if len(self.calls) - 1 == self.fail_at:
+                return 700
+            for r in range(height):
+                ctypes.memmove(dst + r * dpitch, src + r * spitch, width)
+            return 0
+
+        self._cb = COPY2D(copy)
+
+    @property
+    def addresses(self) -> tuple[int, int]:
+        return ctypes.cast(self._cb, ctypes.c_void_p).value or 0, 0
+
+
+@pytest.mark.parametrize("experts,weights", [([6, 3], [0.2, 0.8]), ([2, 5], [0.5, 0.5]), ([7], [1.0])])  # of 8
+def test_native_queueing_lands_the_same_rows_bytes_and_result(tiny_ck: Checkpoint, experts: list[int],
+                                                              weights: list[float]) -> None:
+    """lane_issue (native/neural_lane.c) writes the routing rows and issues the copies the Python queueing does,
+    paired the same way, so the lane's kernels compute the same bits."""
+    from native.kernel import load_kernel
+
+    be = backend(tiny_ck)
+    h = tiny_ck.config.hidden_size
+    x = torch.randn(h, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).float()
+    be.core.t_even.copy_(x[0::2])
+    be.core.t_odd.copy_(x[1::2])
+    got = []
+    for native in (None, load_kernel()):
+        lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, native=native)
+        lane._rt = rt = AddressRuntime()  # type: ignore[assignment]
+        be.core.pool.zero_()
+        lane.np_route[0][:] = 77  # stale rows from an earlier layer: both paths must overwrite what they use
+        lane.start(0, experts, weights)
+        out = np.zeros(h, dtype=np.float32)
+        lane.finish(0, len(experts), out)
+        got.append((be.core.pool.clone(), lane.np_route[0].copy(), out, rt.heights or [c[5] for c in rt.calls]))
+    (pool_py, route_py, out_py, heights_py), (pool_c, route_c, out_c, heights_c) = got
+    assert torch.equal(pool_c, pool_py) and pool_py.any()
+    np.testing.assert_array_equal(route_c, route_py)
+    assert heights_c == heights_py  # the same copies: two-row ones for ascending ids in adjacent slots
+    assert out_c.tobytes() == out_py.tobytes() and out_py.any() and np.isfinite(out_py).all()
+
+
+def test_native_queueing_names_a_failed_copy(tiny_ck: Checkpoint) -> None:
+    from native.kernel import KernelError, load_kernel
+
+    be = backend(tiny_ck)
+    lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, native=load_kernel())
+    lane._rt = AddressRuntime(fail_at=2)  # type: ignore[assignment]
+    with pytest.raises(KernelError, match=r"cudaMemcpy2DAsync \(copy 2\) failed with CUDA error 700"):
+        lane.start(0, [3, 5], [0.5, 0.5])
+
+
+def test_decode_lane_native_setting_is_checked() -> None:
+    assert EngineSettings().decode_lane_native is True
+    with pytest.raises(SettingsError, match="decode_lane_native"):
+        EngineSettings(decode_lane_native="yes")  # type: ignore[arg-type]
+
+
 def test_split_follows_the_rates_and_keeps_captures_on_the_cpu(tiny_ck: Checkpoint) -> None:
     be = backend(tiny_ck)
     lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, cpu_fixed_ms=0.05)
