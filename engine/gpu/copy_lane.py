@@ -234,7 +234,8 @@ class CopyLane:
         if timed:
             t0, tc, t1 = self._spare[p]
             t0.record(stream)
-        self.native.lane_issue(copy, launch,  # type: ignore[union-attr]  # start() checked stream.cuda_stream if stream is not None else 0, exe,
+        raw = stream.cuda_stream if stream is not None else 0
+        self.native.lane_issue(copy, launch, raw, exe,  # type: ignore[union-attr]  # start() checked
                                self.core.pool.data_ptr(), self.core.plan.slot_bytes, MAX_PITCH, parts,
                                self._slots_np[p], self.np_route[p], experts, weights)
         if exe:
