@@ -73,6 +73,10 @@ class EngineSettings:
     # (native/neural_lane.c) instead of Python around six cudaMemcpy2DAsync and a launch (lane_start 1.1-2.1 ms a
     # token at 18 layers, session 24, of which the runtime calls ~0.5: bench/gpu/zero_copy_probe.py, MEASURED)
     decode_lane_native: bool = True
+    # with the copy lane: the lane's graph copies its experts itself from the mapping (engine/gpu/kernels/pull.py),
+    # one graph launch a layer and no runtime copies (whose issue cost lane_start kept with decode_lane_native:
+    # 1.8-2.1 ms a token in session 25's A/B); the pull reads PCIe at 47.9 GB/s against the DMA's 52.4 (MEASURED)
+    decode_lane_pull: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
@@ -144,7 +148,7 @@ class EngineSettings:
         if type(self.early_poll_ns) is not int or not 0 <= self.early_poll_ns <= 100_000:
             raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
         for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split", "decode_lane_beside",
-                     "decode_lane_native"):
+                     "decode_lane_native", "decode_lane_pull"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):

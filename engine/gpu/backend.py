@@ -175,7 +175,8 @@ class GpuBackend:
             native = getattr(getattr(self.misses, "experts", None), "kernel", None)  # NativeMisses' kernel
             lane = CopyLane(self.core, direct,
                             split_units=self.settings.decode_lane_split and self.plan.n_scratch >= 2 * WIDTH + 2,
-                            native=native if self.settings.decode_lane_native else None)
+                            native=native if self.settings.decode_lane_native else None,
+                            pull=self.settings.decode_lane_pull)
             lane.capture()
             pays, info = lane.worth_it(self.misses)
         except Exception:  # a failed capture or copy: decode as before

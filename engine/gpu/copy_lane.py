@@ -27,6 +27,7 @@ ms an expert) and its kernels took 0.40 against 0.06 ms a layer (bench.gpu.lane_
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import threading
 import time
@@ -38,10 +39,12 @@ import torch
 
 from ..plan import SLOT_PARTS
 from . import cudart
+from .kernels.pull import pull_rows
 from .lane_split import PAYS, SplitRates, lane_gain
 from .lane_units import SplitSlots
 from .prefill.direct import MappedExperts, plan_copies, run_copies
 
+log = logging.getLogger(__name__)
 TIME_EVERY = 4  # lane uses timed by GPU events (three records and two reads); the rest wait on a stream query
 MAX_PITCH = (1 << 31) - 1  # cudaMemcpy2D's largest pitch (cudaDeviceProp.memPitch on current GPUs)
 WIDTH = 2  # the most misses of one layer the lane takes; it holds 2 x WIDTH scratch slots (one set per parity)
@@ -49,7 +52,7 @@ WIDTH = 2  # the most misses of one layer the lane takes; it holds 2 x WIDTH scr
 
 class CopyLane:
     def __init__(self, core: Any, direct: MappedExperts, width: int = WIDTH, cpu_fixed_ms: float = 0.05,
-                 split_units: bool = False, native: Any = None) -> None:
+                 split_units: bool = False, native: Any = None, pull: bool = False) -> None:
         plan = core.plan
         need = 2 * width + (2 if split_units else 0)
         if plan.n_scratch < need:
@@ -88,6 +91,17 @@ class CopyLane:
         self._parts_np: dict[int, np.ndarray] = {}
         self._slots_np = [np.asarray(s, dtype=np.int32) for s in self.slots]
         self.native = native if native is not None and hasattr(native, "lane_issue") else None
+        # with ``pull``, the lane's graph copies the experts itself (kernels/pull.py) from a table of rows the host
+        # writes per layer (source device address, destination offset, words): one graph launch a layer, no copies
+        why = "split experts copy their parts with the runtime" if split_units else self._pull_unavailable()
+        if pull and why:
+            log.info("decode lane pull off: %s", why)
+        self.pull = pull and not why
+        rows = width * len(SLOT_PARTS)
+        self.pull_tab = [torch.zeros((rows, 3), dtype=torch.int64, pin_memory=self.cuda) for _ in (0, 1)] \
+            if self.pull else []
+        self.np_tab = [t.numpy() for t in self.pull_tab]
+        self._pull_parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._events: list[tuple[Any, Any, Any] | None] = [None, None]
         self._spare = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in (0, 1)] \
             if self.cuda else []
@@ -102,9 +116,47 @@ class CopyLane:
         self.kernel_ms = 0.0
 
     # ---- the GPU part -----------------------------------------------------------------------
+    def _pull_unavailable(self) -> str:
+        """Why the pull kernel cannot copy this checkpoint's parts (it moves aligned 8-byte words), or ''."""
+        if self.core.pool.numel() % 8 or self.core.plan.slot_bytes % 8:
+            return "the slot pool is not a whole number of 8-byte words"
+        if any(o % 8 for o in self.direct.layout.offsets.values()):
+            return "a slot part is not 8-byte aligned"
+        for row in self.direct.spans:
+            for _, start, size in row.values():
+                if start % 8 or size % 8:
+                    return "an expert part in the checkpoint is not 8-byte aligned"
+        return ""
+
+    def _pull_layer(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per slot part: the device address of expert 0's bytes, bytes per expert, offset in a slot."""
+        got = self._pull_parts.get(layer)
+        if got is None:
+            dev = getattr(self._rt, "device_pointer", None) if self.stream is not None else None
+            parts = self._layer_parts(layer)
+            src = [dev(a) if dev is not None else a for a, _, _ in parts]  # the host's address under UVA
+            got = (np.asarray(src, dtype=np.int64), np.asarray([n for _, n, _ in parts], dtype=np.int64),
+                   np.asarray([o for _, _, o in parts], dtype=np.int64))
+            self._pull_parts[layer] = got
+        return got
+
+    def _fill_pull(self, p: int, layer: int, experts: Sequence[int], slots: Sequence[int]) -> None:
+        """The pull table's rows for ``experts`` into ``slots`` (the rest: no words)."""
+        src, size, off = self._pull_layer(layer)
+        n = len(size)
+        t = self.np_tab[p]
+        sb = self.core.plan.slot_bytes
+        for j, (e, s) in enumerate(zip(experts, slots, strict=False)):
+            t[j * n : (j + 1) * n, 0] = src + e * size
+            t[j * n : (j + 1) * n, 1] = s * sb + off
+            t[j * n : (j + 1) * n, 2] = size // 8
+        t[len(experts) * n :, 2] = 0
+
     def _kernels(self, p: int) -> None:
         c = self.core
         ae, ao = self.act[p]
+        if self.pull:  # the copies first, in the same stream (and graph) as the expert kernels
+            pull_rows(self.pull_tab[p], c.pool.view(torch.int64), *((264, 2048, 8) if self.cuda else (2, 64, 1)))
         c.kern.experts(c.pool, self.route[p], c.t_even, c.t_odd, ae, ao, self.out[p])
 
     def capture(self) -> None:
@@ -143,6 +195,13 @@ class CopyLane:
         runtime calls where the runtime library is found, else the prompt path's planned copies. Two experts bound
         for adjacent slots, the lower id first, go in one 2-D copy per part (two rows: the source pitch is the
         experts' distance, the destination's one slot), halving the calls the host issues on the critical path."""
+        if self.pull:  # the graph's pull kernel copies them
+            self._fill_pull(layer % 2, layer, experts, slots)
+            return
+        self._dma_copies(layer, experts, slots)
+
+    def _dma_copies(self, layer: int, experts: Sequence[int], slots: Sequence[int]) -> None:
+        """The copies on the lane's stream by the runtime (or the prompt path's planned tensor copies)."""
         sb = self.core.plan.slot_bytes
         if self._rt is None:
             with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
@@ -170,7 +229,7 @@ class CopyLane:
         weight, units) of a split expert whose last ``units`` units the lane computes too. Every ``TIME_EVERY``-th
         use, and every probe, is timed by GPU events for the split's rates."""
         p = layer % 2
-        if self.native is not None and part is None and hasattr(self._rt, "addresses"):
+        if self.native is not None and part is None and not self.pull and hasattr(self._rt, "addresses"):
             self._start_native(layer, p, experts, weights)
             return
         order = sorted(range(len(experts)), key=experts.__getitem__)  # ascending ids pair their copies
@@ -310,7 +369,8 @@ class CopyLane:
         return {**self.rates.report(), "experts": self.experts, "split_share": round(self.split_share, 2),
                 "layers_not_registered": self.not_ready,
                 "layers_all_captured": self.all_kept,
-                "uses": self.uses, "timed_experts": round(self.timed, 2),
+                "uses": self.uses, "timed_experts": round(self.timed, 2), "pull": self.pull,
+                "native_queueing": self.native is not None and not self.pull,
                 "gpu_copy_ms_per_expert": round(self.copy_ms / self.timed, 4) if self.timed else None,
                 "gpu_kernel_ms_per_expert": round(self.kernel_ms / self.timed, 4) if self.timed else None}
 
@@ -348,7 +408,7 @@ class CopyLane:
             copy_rng = random.Random(seed + 1)
             n, t0 = 0, time.perf_counter()
             while not stop.is_set() or n < 3:
-                self._queue_copies(0, [copy_rng.randrange(n_e)], self.slots[0][:1])
+                self._dma_copies(0, [copy_rng.randrange(n_e)], self.slots[0][:1])  # the DMA's rate: pull's ~0.9x
                 stream.synchronize()
                 n += 1
             sent.append((time.perf_counter() - t0) * 1e3 / n)
@@ -366,7 +426,7 @@ class CopyLane:
 
         cpu_for(0.1)  # the team warm, and layer 0's expert pages mapped (first-touch faults would slow "alone")
         for e in range(3):  # the copy path warm (first touches of the registered pages)
-            self._queue_copies(0, [e], self.slots[0][:1])
+            self._dma_copies(0, [e], self.slots[0][:1])
         stream.synchronize()
         # alone, beside, beside, alone: drifting load hits both; means
         a1 = cpu_for(seconds)

@@ -52,6 +52,11 @@ class CudaRuntime:
                                ctypes.c_void_p]
             memset.restype = ctypes.c_int
         self._memset2d = memset
+        devptr = getattr(lib, "cudaHostGetDevicePointer", None)
+        if devptr is not None:
+            devptr.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_uint]
+            devptr.restype = ctypes.c_int
+        self._devptr = devptr
 
     @property
     def can_launch_graphs(self) -> bool:
@@ -79,6 +84,16 @@ class CudaRuntime:
         if err != 0:
             raise RuntimeError(f"cudaMemcpy2DAsync failed with CUDA error {err} "
                                f"({height} x {width} bytes, pitches {spitch}/{dpitch})")
+
+    def device_pointer(self, host: int) -> int:
+        """The device address of registered (mapped) host memory at ``host`` (the same address on UVA systems)."""
+        if self._devptr is None:
+            return host
+        out = ctypes.c_void_p()
+        err = self._devptr(ctypes.byref(out), host, 0)
+        if err != 0:
+            raise RuntimeError(f"cudaHostGetDevicePointer failed with CUDA error {err}")
+        return int(out.value or 0)
 
     def memset_2d(self, dst: int, pitch: int, value: int, width: int, height: int, stream: int) -> None:
         """``height`` rows of ``width`` device bytes at ``dst`` (rows ``pitch`` apart) set to ``value``, queued on

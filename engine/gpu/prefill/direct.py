@@ -33,13 +33,14 @@ from .. import cudart
 from ..layout import ExpertLayout
 
 log = logging.getLogger(__name__)
-HOST_REGISTER_PORTABLE, HOST_REGISTER_READ_ONLY = 0x01, 0x08
+HOST_REGISTER_PORTABLE, HOST_REGISTER_MAPPED, HOST_REGISTER_READ_ONLY = 0x01, 0x02, 0x08
 HEADROOM = 16 << 30  # RAM left unlocked for the OS, the app and the rest of the page cache (auto budget)
 RegisterFn = Callable[[int, int], int]  # (address, bytes) -> CUDA error code (0 = registered)
 
 
 def cuda_register(ptr: int, n: int) -> int:
-    flags = HOST_REGISTER_PORTABLE | HOST_REGISTER_READ_ONLY  # the mapping is read-only
+    # the mapping is read-only; mapped: the decode lane's pull kernel reads it from the GPU (kernels/pull.py)
+    flags = HOST_REGISTER_PORTABLE | HOST_REGISTER_MAPPED | HOST_REGISTER_READ_ONLY
     return int(torch.cuda.cudart().cudaHostRegister(ptr, n, flags))
 
 

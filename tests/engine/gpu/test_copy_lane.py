@@ -249,10 +249,39 @@ def test_native_queueing_names_a_failed_copy(tiny_ck: Checkpoint) -> None:
         lane.start(0, [3, 5], [0.5, 0.5])
 
 
-def test_decode_lane_native_setting_is_checked() -> None:
-    assert EngineSettings().decode_lane_native is True
-    with pytest.raises(SettingsError, match="decode_lane_native"):
-        EngineSettings(decode_lane_native="yes")  # type: ignore[arg-type]
+@pytest.mark.parametrize("experts,weights", [([6, 3], [0.2, 0.8]), ([7], [1.0])])
+def test_pulled_experts_land_the_copied_bytes_and_result(tiny_ck: Checkpoint, experts: list[int],
+                                                         weights: list[float]) -> None:
+    """decode_lane_pull: the lane's own kernel (kernels/pull.py) copies the parts the runtime copies would, and the
+    table's unused rows copy nothing (a stale row from a two-expert layer must not land after a one-expert one)."""
+    be = backend(tiny_ck)
+    h = tiny_ck.config.hidden_size
+    x = torch.randn(h, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).float()
+    be.core.t_even.copy_(x[0::2])
+    be.core.t_odd.copy_(x[1::2])
+    got = []
+    for pull in (False, True):
+        lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, pull=pull)
+        assert lane.pull is pull
+        lane._rt = HostRuntime()  # type: ignore[assignment]
+        if pull:
+            lane.start(0, [1, 2], [0.5, 0.5])  # an earlier layer of the same parity, two experts
+            lane.finish(0, 2, np.zeros(h, dtype=np.float32))
+        be.core.pool.zero_()
+        lane.start(0, experts, weights)
+        out = np.zeros(h, dtype=np.float32)
+        lane.finish(0, len(experts), out)
+        got.append((be.core.pool.clone(), out))
+    (pool_dma, out_dma), (pool_pull, out_pull) = got
+    assert torch.equal(pool_pull, pool_dma) and pool_dma.any()
+    assert out_pull.tobytes() == out_dma.tobytes() and np.isfinite(out_dma).all() and out_dma.any()
+
+
+def test_decode_lane_native_and_pull_settings_are_checked() -> None:
+    assert EngineSettings().decode_lane_native is True and EngineSettings().decode_lane_pull is False
+    for flag in ("decode_lane_native", "decode_lane_pull"):
+        with pytest.raises(SettingsError, match=flag):
+            EngineSettings(**{flag: "yes"})  # type: ignore[arg-type]
 
 
 def test_split_follows_the_rates_and_keeps_captures_on_the_cpu(tiny_ck: Checkpoint) -> None:
