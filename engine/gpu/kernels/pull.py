@@ -24,7 +24,7 @@ def pull_rows_kernel(tab_ptr, pool_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr)
     for r in tl.static_range(ROWS):
         src = tl.load(tab_ptr + 3 * r).to(tl.pointer_type(tl.int64))
         dst = pool_ptr + tl.load(tab_ptr + 3 * r + 1) // 8
-        words = tl.load(tab_ptr + 3 * r + 2)
+        words = tl.load(tab_ptr + 3 * r + 2).to(tl.int32)  # < 2^31 words a part; the loop bounds one type
         for start in range(pid * BLOCK, words, step):
             offs = start + tl.arange(0, BLOCK)
             m = offs < words
