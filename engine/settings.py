@@ -71,11 +71,15 @@ class EngineSettings:
     decode_lane_beside: bool = False
     # with the copy lane: a layer's routing rows, copies and graph launch queued by one native call
     # (native/neural_lane.c) instead of Python around six cudaMemcpy2DAsync and a launch (lane_start 1.1-2.1 ms a
-    # token at 18 layers, session 24, of which the runtime calls ~0.5: bench/gpu/zero_copy_probe.py, MEASURED)
+    # token at 18 layers, session 24; the six calls alone 26-54 us a layer warm: bench/gpu/zero_copy_probe.py).
+    # Session 25 (H200, calibrated, A B B A x3): 67.41 against 64.45 tok/s (1.046x, inside the runs' spread), the
+    # same logits bit for bit (bench/gpu/lane_check.py hashes), lane_start 1.80-2.08 against 2.01-2.45 ms a token
     decode_lane_native: bool = True
     # with the copy lane: the lane's graph copies its experts itself from the mapping (engine/gpu/kernels/pull.py),
     # one graph launch a layer and no runtime copies (whose issue cost lane_start kept with decode_lane_native:
-    # 1.8-2.1 ms a token in session 25's A/B); the pull reads PCIe at 47.9 GB/s against the DMA's 52.4 (MEASURED)
+    # 1.8-2.1 ms a token in session 25's A/B); the pull reads PCIe at 47.9 GB/s against the DMA's 52.4 (MEASURED).
+    # Off: session 25 (H200, calibrated, A B B A x3) read 78.96 tok/s with it against 82.47 without (0.957x), the
+    # queueing barely shorter (0.86-1.41 against 1.31-1.91 ms a token) and the lane slower (0.36-0.39 ms an expert)
     decode_lane_pull: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh

@@ -8,6 +8,8 @@ and copies every row, its programs striding over blocks of words. The mapping is
 ``cudaHostRegisterMapped``, so the source is reachable from the GPU at its device address (the host address on UVA
 systems). MEASURED on the H200 machine: 47.9 GB/s for an expert pair at 264 programs of 2,048 words (8 warps)
 against the DMA's 52.4 in the same run. Rows with 0 words are skipped; the bytes land unchanged.
+Off by default (settings.decode_lane_pull): in session 25's A/B the queueing was barely shorter and the lane slower,
+0.957x of the runtime copies over 6 mirrored pairs on calibrated routing (docs/performance.md).
 """
 
 from __future__ import annotations
