@@ -8,6 +8,8 @@ on the H200 host (16 cores, 8 threads) the kernel read 42.7 GB/s alone and 39.9 
 (bench.kernel.dma_share, MEASURED); the server design measured the opposite on a DDR4 PC, where the kernel alone
 fills DRAM (-11%). :meth:`CopyLane.worth_it` repeats that measurement at load.
 
+The host queues a layer's lane work in one native call where the kernel is loaded (native/neural_lane.c: routing
+rows, the copies through cudaMemcpy2DAsync's address, the graph through cudaGraphLaunch's; settings.decode_lane_native).
 Per layer, :meth:`split` gives the lane the m of the k misses that minimise max(CPU on k - m, lane on m) at the
 rates measured so far (lane_split.py: how they are learned, and the probes that keep the lane's current).
 Scratch slots hold the prompt path's staged experts only while a prompt runs, so decode borrows them. The lane is
