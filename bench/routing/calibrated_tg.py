@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 PHASES = ("wall", "launch", "gpu_wait", "cpu", "admission", "tail", "adm_route", "adm_after", "adm_refresh", "adm_poll",
-          "lane", "lane_start", "lane_wait")
+          "lane", "lane_start", "lane_decide", "lane_wait")
 
 
 def _phase_totals(stats: Any) -> dict[str, float]:

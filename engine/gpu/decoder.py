@@ -91,6 +91,7 @@ class StepStats:
     # for and added
     lane: float = 0.0
     lane_start: float = 0.0  # ... of which queueing (beside the CPU experts' worker threads, inside ``cpu``)
+    lane_decide: float = 0.0  # ... the split's decision, inside lane_start when queueing first (not beside)
     lane_wait: float = 0.0  # ... of which waiting for the lane after the CPU's part, and adding its result
     lane_experts: int = 0  # misses computed by the copy lane
     hits: int = 0
@@ -221,6 +222,7 @@ class Decoder:
                 tl4 = tr = time.perf_counter()  # tr: the routing read and split (admission's adm_route)
                 if lane is not None and miss_ids:
                     miss_ids, miss_w, lane_ids, lane_w, part = lane.split(layer, miss_ids, miss_w, keep=caps)
+                    st.lane_decide += time.perf_counter() - tr
                 out = c.np_cpu_moe[layer % 2]
                 heads = {part[0]: lane.inter - part[2]} if part is not None and lane is not None else None
                 cap_np = {e: self.capture_np[b] for e, b in caps.items()} if caps else {}

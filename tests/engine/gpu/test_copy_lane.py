@@ -65,6 +65,7 @@ def test_lane_decode_matches_the_reference(tiny_ck: Checkpoint) -> None:
     assert st.lane_experts == len(LANE_TOKENS) * tiny_ck.config.num_hidden_layers * 2
     assert "gpu_lane" in st.phases_ms()
     assert st.lane_start > 0 and st.lane_wait > 0 and abs(st.lane_start + st.lane_wait - st.lane) < 1e-9
+    assert 0 < st.lane_decide < st.lane_start  # queue-first: the split's decision is timed inside the queueing
     close_to_reference(got, ref)
     # the same experts on the GPU's bf16 kernels instead of the CPU's fp32 ones, summed in another order: the
     # spread of a resident against a CPU-computed expert, well inside the reference's bound
