@@ -259,12 +259,17 @@ class CopyLane:
             return
         stream = self.stream
         timed = self.uses % TIME_EVERY == 0 or self.rates.probed
-        t0, tc, t1 = self._spare[p]
         if timed:
-            t0.record(stream)
+            self._spare[p][0].record(stream)
         self._queue_copies(layer, experts, slots)
         if part is not None:
             self.split_slots.queue(self._rt, stream, layer, self._layer_parts, part, p)
+        self._launch(p, stream, timed)
+
+    def _launch(self, p: int, stream: Any, timed: bool) -> None:
+        """The parity's graph on the lane's stream after its copies were queued; timed: between the spare events'
+        copy mark and end mark (the caller recorded the start)."""
+        t0, tc, t1 = self._spare[p]
         if timed:
             tc.record(stream)
         if self._rt is not None and self._execs:
@@ -293,8 +298,7 @@ class CopyLane:
         timed = stream is not None and (self.uses % TIME_EVERY == 0 or self.rates.probed)
         exe = self._execs[p] if stream is not None and self._execs and not timed else 0
         if timed:
-            t0, tc, t1 = self._spare[p]
-            t0.record(stream)
+            self._spare[p][0].record(stream)
         raw = stream.cuda_stream if stream is not None else 0
         self.native.lane_issue(copy, launch, raw, exe,  # type: ignore[union-attr]  # start() checked
                                self.core.pool.data_ptr(), self.core.plan.slot_bytes, MAX_PITCH, parts,
@@ -304,16 +308,7 @@ class CopyLane:
         if stream is None:  # interpreter / CPU tensors: the kernels at once
             self._kernels(p)
             return
-        if timed:
-            tc.record(stream)
-        if self._rt is not None and self._execs:
-            self._rt.graph_launch(self._execs[p], stream.cuda_stream)
-        else:
-            with torch.cuda.stream(stream):
-                self.graphs[p].replay() if self.graphs else self._kernels(p)
-        if timed:
-            t1.record(stream)
-            self._events[p] = (t0, tc, t1)
+        self._launch(p, stream, timed)
 
     def finish(self, layer: int, m: float, out: np.ndarray) -> None:
         """Wait for the layer's lane work (``m`` experts' worth, a split expert's part counted by its units) and
