@@ -46,6 +46,15 @@ def mapped(ck: Checkpoint, be: GpuBackend) -> MappedExperts:
                          background=False)
 
 
+def lane_input(be: GpuBackend, seed: int) -> torch.Tensor:
+    """A bf16-exact hidden row as the lane's kernels read it (the core's even/odd halves); the row, for the CPU."""
+    h = be.core.cfg.hidden_size
+    x = torch.randn(h, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16).float()
+    be.core.t_even.copy_(x[0::2])
+    be.core.t_odd.copy_(x[1::2])
+    return x
+
+
 def greedy_lane(be: GpuBackend, ck: Checkpoint, width: int = 2) -> CopyLane:
     lane = CopyLane(be.core, mapped(ck, be), width=width)
     lane.rates.fix(10.0, 0.01)  # the split sends as many misses as fit down the lane
@@ -113,9 +122,7 @@ def test_lane_output_is_the_cpus_for_the_same_experts(tiny_ck: Checkpoint) -> No
     be = backend(tiny_ck)
     lane = CopyLane(be.core, mapped(tiny_ck, be), width=2)
     h = tiny_ck.config.hidden_size
-    x = torch.randn(h, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).float()
-    be.core.t_even.copy_(x[0::2])
-    be.core.t_odd.copy_(x[1::2])
+    x = lane_input(be, 1)
     experts, weights = [3, 6], [0.7, 0.3]
     lane.start(1, experts, weights)
     out = np.zeros(h, dtype=np.float32)
@@ -171,9 +178,7 @@ def test_start_orders_the_experts_and_keeps_each_weight_with_its_expert(tiny_ck:
     lane = CopyLane(be.core, mapped(tiny_ck, be), width=2)
     lane._rt = rt = HostRuntime()  # type: ignore[assignment]
     h = tiny_ck.config.hidden_size
-    x = torch.randn(h, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16).float()
-    be.core.t_even.copy_(x[0::2])
-    be.core.t_odd.copy_(x[1::2])
+    x = lane_input(be, 2)
     lane.start(0, [6, 3], [0.2, 0.8])
     out = np.zeros(h, dtype=np.float32)
     lane.finish(0, 2, out)
@@ -220,9 +225,7 @@ def test_native_queueing_lands_the_same_rows_bytes_and_result(tiny_ck: Checkpoin
 
     be = backend(tiny_ck)
     h = tiny_ck.config.hidden_size
-    x = torch.randn(h, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).float()
-    be.core.t_even.copy_(x[0::2])
-    be.core.t_odd.copy_(x[1::2])
+    lane_input(be, 5)
     got = []
     for native in (None, load_kernel()):
         lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, native=native)
@@ -257,9 +260,7 @@ def test_pulled_experts_land_the_copied_bytes_and_result(tiny_ck: Checkpoint, ex
     table's unused rows copy nothing (a stale row from a two-expert layer must not land after a one-expert one)."""
     be = backend(tiny_ck)
     h = tiny_ck.config.hidden_size
-    x = torch.randn(h, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).float()
-    be.core.t_even.copy_(x[0::2])
-    be.core.t_odd.copy_(x[1::2])
+    lane_input(be, 5)
     got = []
     for pull in (False, True):
         lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, pull=pull)
@@ -387,9 +388,7 @@ def test_split_slot_holds_the_lanes_units_and_zeros_for_the_cpus(odd_ck: Checkpo
 def test_a_split_expert_adds_up_to_the_whole_one(odd_ck: Checkpoint, native: bool) -> None:
     be, lane = split_lane(odd_ck, native)
     h = odd_ck.config.hidden_size
-    x = torch.randn(h, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).float()
-    be.core.t_even.copy_(x[0::2])
-    be.core.t_odd.copy_(x[1::2])
+    x = lane_input(be, 3)
     whole = np.zeros(h, dtype=np.float32)
     be.misses.compute(2, x.numpy(), [1, 5], [0.6, 0.4], whole, {})
     for units in (32, 96, 128):
