@@ -27,7 +27,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -57,14 +57,18 @@ class CudaRuntime:
             devptr.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_uint]
             devptr.restype = ctypes.c_int
         self._devptr = devptr
-        # the two functions' addresses, for a native caller that issues a layer's copies and launch in one call
-        # (native/neural_lane.c): read once here, not per layer
-        self.addresses = (int(ctypes.cast(fn, ctypes.c_void_p).value or 0),
-                          int(ctypes.cast(launch, ctypes.c_void_p).value or 0) if launch is not None else 0)
 
     @property
     def can_launch_graphs(self) -> bool:
         return self._launch is not None
+
+    @cached_property
+    def addresses(self) -> tuple[int, int]:
+        """(cudaMemcpy2DAsync, cudaGraphLaunch or 0): the functions' addresses, for a native caller that issues a
+        layer's copies and launch in one call (native/neural_lane.c); read on first use, once, not per layer."""
+        copy = ctypes.cast(self._copy2d, ctypes.c_void_p).value or 0
+        launch = ctypes.cast(self._launch, ctypes.c_void_p).value or 0 if self._launch is not None else 0
+        return int(copy), int(launch)
 
     def graph_launch(self, graph_exec: int, stream: int) -> None:
         """Queue an instantiated graph (``cudaGraphExec_t``) on ``stream``."""
