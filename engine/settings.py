@@ -81,6 +81,11 @@ class EngineSettings:
     # Off: session 25 (H200, calibrated, A B B A x3) read 78.96 tok/s with it against 82.47 without (0.957x), the
     # queueing barely shorter (0.86-1.41 against 1.31-1.91 ms a token) and the lane slower (0.36-0.39 ms an expert)
     decode_lane_pull: bool = False
+    # with the copy lane (queued natively, plain launches): a decode layer's host work from its routing flag to the
+    # next graph's launch (the split, the lane's queueing, the CPU's misses, the wait for the lane, the launch) in one
+    # native call (engine/gpu/native_layer.py), not Python run on caches the CPU experts have just flushed; layers
+    # where an admission capture is possible keep the Python path
+    decode_native_layer: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
@@ -152,7 +157,7 @@ class EngineSettings:
         if type(self.early_poll_ns) is not int or not 0 <= self.early_poll_ns <= 100_000:
             raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
         for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split", "decode_lane_beside",
-                     "decode_lane_native", "decode_lane_pull"):
+                     "decode_lane_native", "decode_lane_pull", "decode_native_layer"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):

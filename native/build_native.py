@@ -85,6 +85,28 @@ int neural_decode_moe(const neural_shape *s, const neural_expert *const *table, 
 int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec, uint64_t pool, int64_t slot_bytes,
                       int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots, int32_t *route,
                       int bt, const int32_t *experts, const float *weights, int m, int32_t *failed);
+typedef struct neural_lane_layer_job {
+    const int32_t *flag;
+    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts;
+    const int32_t *route;
+    double timeout_us, fixed_ms, cpu_ms, lane_ms;
+    const neural_shape *shape;
+    const neural_expert *const *table;
+    const float *x;
+    float *out;
+    void *copy2d, *launch, *query, *record, *lane_stream, *lane_exec, *next_exec, *next_stream;
+    void *events[3];
+    uint64_t pool;
+    int64_t slot_bytes, max_pitch;
+    const int64_t *parts;
+    const int32_t *lane_slots;
+    int32_t *lane_route;
+    const float *lane_out;
+    int32_t hits, static_hits, misses, lane_n, probed, timed_use, failed;
+    int32_t lane_ids[8];
+    double wait_us, decide_us, issue_us, cpu_us, lane_wait_us, launch_us;
+} neural_lane_layer_job;
+int neural_lane_layer(neural_lane_layer_job *j);
 """
 
 

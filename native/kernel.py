@@ -24,7 +24,7 @@ MAX_TOKENS = 256  # NEURAL_MAX_TOKENS in neural_experts.h (tests/native/test_ker
 MAX_K = 32
 _ERRORS = {-1: "invalid arguments", -2: "corrupt packed scale row (exception missing)", -3: "ISA not available",
            -4: "out of memory",
-           -5: "not supported here"}
+           -5: "not supported here", -6: "timed out waiting for the GPU's flag"}
 
 
 class NativeUnavailable(RuntimeError):
@@ -33,6 +33,10 @@ class NativeUnavailable(RuntimeError):
 
 class KernelError(RuntimeError):
     """The kernel rejected a call (bad shapes, corrupt data)."""
+
+
+class KernelTimeout(KernelError):
+    """A native wait gave up (neural_lane_layer: the GPU did not raise the routing flag in time)."""
 
 
 class ExpertRef:
@@ -439,6 +443,25 @@ class NativeKernel:
         if rc > 0:  # the runtime's
             what = "cudaGraphLaunch" if failed[0] == -2 else f"cudaMemcpy2DAsync (copy {failed[0]})"
             raise KernelError(f"lane_issue: {what} failed with CUDA error {rc}")
+
+    def lane_layer_job(self) -> Any:
+        """A zeroed neural_lane_layer_job (cffi struct) for :meth:`lane_layer`; the caller fills it once and sets the
+        per-layer fields before each call, keeping alive everything its pointers point to."""
+        return self.ffi.new("neural_lane_layer_job *")
+
+    def lane_layer(self, job: Any) -> None:
+        """neural_lane_layer: a decode layer's miss path, from its routing flag to the next launch (native/
+        neural_lane.c). Results are in the job's fields. Raises KernelError naming a failed runtime call, or the
+        timeout."""
+        rc = int(self.lib.neural_lane_layer(job))
+        if rc == -6:
+            raise KernelTimeout(f"lane_layer: {_ERRORS[-6]} (step {job.step}, {job.wait_us / 1e6:.0f} s)")
+        if rc < 0:
+            self._check(rc, "lane_layer")
+        if rc > 0:
+            what = {-2: "a lane launch or event record", -3: "cudaStreamQuery of the lane", -4: "the next launch",
+                    -5: "the lane's first event record"}.get(int(job.failed), f"cudaMemcpy2DAsync (copy {job.failed})")
+            raise KernelError(f"lane_layer: {what} failed with CUDA error {rc}")
 
     def rope_bf16(self, x: int, rows: int, d: int, cos: int, sin: int) -> None:
         """RoPE in place on ``rows`` bf16 rows of ``d`` values at address ``x``, cos/sin bf16 [d/2] at ``cos`` and

@@ -97,6 +97,7 @@ extern "C" {
 #define NEURAL_EISA -3
 #define NEURAL_ENOMEM -4
 #define NEURAL_EUNSUPPORTED -5 /* neural_advise: this OS or kernel has no such advice */
+#define NEURAL_ETIMEOUT -6     /* neural_lane_layer: the routing flag was not raised in time */
 
 /* neural_advise */
 #define NEURAL_ADVISE_HUGE 1     /* Linux MADV_HUGEPAGE (transparent huge pages where the mapping allows) */
@@ -246,6 +247,37 @@ int neural_decode_moe(const neural_shape *s, const neural_expert *const *table, 
 int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec, uint64_t pool, int64_t slot_bytes,
                       int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots, int32_t *route,
                       int bt, const int32_t *experts, const float *weights, int m, int32_t *failed);
+/* A decode layer's miss path (neural_lane.c): wait until *flag == step (the GPU has published route), split the
+   routing [ids | weight bits | slots, -1 = not resident] of k entries (blocks of bt) into hits and misses, give the
+   last m misses to the copy lane (m from best_split on the rates, at most lane_most; 1 where it picks 0 and probe is
+   set), queue them (neural_lane_issue, between events[0..2] recorded through record when timed or probed), compute
+   the rest with neural_moe_token into out (zeros if none), wait until query(lane_stream) (cudaStreamQuery) is no
+   longer 600 (cudaErrorNotReady), add lane_out [hidden], then launch(next_exec, next_stream) unless next_exec is NULL.
+   Returns NEURAL_ETIMEOUT after timeout_us without the flag; a runtime call's error (> 0) with failed set: the
+   copy's index, -2 a lane launch or record, -3 the lane's query, -4 the next launch, -5 the first record. */
+typedef struct neural_lane_layer_job {
+    const int32_t *flag;
+    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts;
+    const int32_t *route;
+    double timeout_us, fixed_ms, cpu_ms, lane_ms;
+    const neural_shape *shape;
+    const neural_expert *const *table; /* the layer's experts by id */
+    const float *x;
+    float *out;
+    void *copy2d, *launch, *query, *record, *lane_stream, *lane_exec, *next_exec, *next_stream;
+    void *events[3];
+    uint64_t pool;
+    int64_t slot_bytes, max_pitch;
+    const int64_t *parts;
+    const int32_t *lane_slots;
+    int32_t *lane_route;
+    const float *lane_out;
+    /* results */
+    int32_t hits, static_hits, misses, lane_n, probed, timed_use, failed;
+    int32_t lane_ids[8];
+    double wait_us, decide_us, issue_us, cpu_us, lane_wait_us, launch_us;
+} neural_lane_layer_job;
+int neural_lane_layer(neural_lane_layer_job *j);
 /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < npairs on the current ISA path (for the tests). */
 int neural_swiglu(const float *h, int npairs, float limit, float alpha, float *a);
 

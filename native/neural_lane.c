@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "neural_experts.h"
+#include "neural_platform.h"
 
 typedef int (*copy2d_fn)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                          int kind, void *stream);
@@ -74,6 +75,157 @@ int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec
             *failed = -2; /* the launch */
             return rc;
         }
+    }
+    return NEURAL_OK;
+}
+
+/* ---- a decode layer's whole miss path in one call ---------------------------------------------------------------
+   After the copy lane's queueing moved into C (above), a token still spent ~1.3 ms at 18 layers between a layer's
+   routing and its CPU experts, and more between their end and the next launch (session 25, H200 host: lane_start,
+   the Python around it): Python run on caches the CPU experts had just streamed 300 MB through took 13-20x its warm
+   time (bench/kernel/cold_python.py). Here the host's part of a layer, from the routing flag to the next graph's
+   launch, is C: the split's choice (engine/gpu/lane_split.py best_split, the same arithmetic in doubles, the same
+   tie rule), the lane's queueing, the CPU's misses, the wait for the lane and its sum, the launch. The caller keeps
+   what the GPU does not wait for: the split's rates and probes, admission, statistics. */
+
+#define CUDA_NOT_READY 600 /* cudaErrorNotReady */
+
+typedef int (*query_fn)(void *handle);
+typedef int (*record_fn)(void *event, void *stream);
+
+static int32_t load_acquire32(const int32_t *p) {
+#if defined(_MSC_VER)
+    return *(const volatile int32_t *)p; /* x86: a volatile load is an acquire load under /volatile:ms */
+#else
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+/* the lane's share of k misses: lane_split.best_split */
+static int best_split(int k, int most, double fixed, double cpu, double lane) {
+    int best = 0;
+    double best_t = k ? fixed + k * cpu : 0.0;
+    for (int m = 1; m <= (most < k ? most : k); m++) {
+        double c = k > m ? fixed + (k - m) * cpu : 0.0, g = m * lane;
+        double t = c >= g ? c : g;
+        if (t < best_t) {
+            best = m;
+            best_t = t;
+        }
+    }
+    return best;
+}
+
+int neural_lane_layer(neural_lane_layer_job *j) {
+    if (!j || !j->flag || !j->route || !j->shape || !j->table || !j->x || !j->out || j->k < 1 ||
+        j->k > NEURAL_MAX_K || j->bt < j->k || j->n_experts < 1 || j->lane_most < 0 || j->lane_most > LANE_MAX ||
+        (j->next_exec && !j->launch))
+        return NEURAL_EINVAL;
+    if (j->lane_most && (!j->copy2d || !j->launch || !j->query || !j->lane_exec || !j->lane_route ||
+                         !j->lane_out || !j->lane_slots || !j->parts || j->bt < j->lane_most))
+        return NEURAL_EINVAL;
+    j->failed = -1;
+    j->hits = j->static_hits = j->misses = j->lane_n = j->probed = j->timed_use = 0;
+    j->decide_us = j->issue_us = j->cpu_us = j->lane_wait_us = j->launch_us = 0.0;
+    double t0 = now_us(), t;
+    unsigned spins = 0;
+    while (load_acquire32(j->flag) != j->step) {
+        cpu_relax();
+        if ((++spins & 4095) == 0 && now_us() - t0 > j->timeout_us) {
+            j->wait_us = now_us() - t0;
+            return NEURAL_ETIMEOUT;
+        }
+    }
+    t = now_us();
+    j->wait_us = t - t0;
+    t0 = t;
+    /* the routing: hits counted, misses in routing order */
+    int32_t ids[NEURAL_MAX_K];
+    float ws[NEURAL_MAX_K];
+    int n = 0, k = j->k, bt = j->bt;
+    for (int i = 0; i < k; i++) {
+        int32_t e = j->route[i], s = j->route[2 * bt + i];
+        if (e < 0 || e >= j->n_experts) return NEURAL_EINVAL; /* a routing id past the table */
+        if (s < 0) {
+            ids[n] = e;
+            memcpy(&ws[n], &j->route[bt + i], sizeof(float));
+            n++;
+        } else {
+            j->hits++;
+            j->static_hits += s < j->n_static;
+        }
+    }
+    j->misses = n;
+    int m = 0;
+    if (j->lane_most && n) {
+        m = best_split(n, j->lane_most, j->fixed_ms, j->cpu_ms, j->lane_ms);
+        if (!m && j->probe) { /* the lane's rate may be stale: one miss measures it again */
+            m = 1;
+            j->probed = 1;
+        }
+    }
+    int c = n - m; /* the CPU's: the first c misses; the lane's: the last m, as CopyLane.split leaves them */
+    j->lane_n = m;
+    for (int i = 0; i < m; i++) j->lane_ids[i] = ids[c + i];
+    t = now_us();
+    j->decide_us = t - t0;
+    t0 = t;
+    if (m) {
+        void **ev = (j->timed || j->probed) && j->record && j->events[0] ? j->events : NULL;
+        record_fn record = (record_fn)j->record;
+        int rc = ev ? record(ev[0], j->lane_stream) : 0;
+        if (rc) {
+            j->failed = -5;
+            return rc;
+        }
+        rc = neural_lane_issue(j->copy2d, j->launch, j->lane_stream, ev ? NULL : j->lane_exec, j->pool,
+                               j->slot_bytes, j->max_pitch, j->parts, j->nparts, j->lane_slots, j->lane_route, bt,
+                               ids + c, ws + c, m, &j->failed);
+        if (rc) return rc;
+        if (ev) {
+            j->timed_use = 1;
+            if ((rc = record(ev[1], j->lane_stream)) == 0 &&
+                (rc = ((launch_fn)j->launch)(j->lane_exec, j->lane_stream)) == 0)
+                rc = record(ev[2], j->lane_stream);
+            if (rc) {
+                j->failed = -2;
+                return rc;
+            }
+        }
+    }
+    t = now_us();
+    j->issue_us = t - t0;
+    t0 = t;
+    if (c) {
+        const neural_expert *ex[NEURAL_MAX_K];
+        for (int i = 0; i < c; i++) ex[i] = j->table[ids[i]];
+        int rc = neural_moe_token(j->shape, ex, ws, c, j->x, j->out);
+        if (rc) return rc;
+    } else {
+        memset(j->out, 0, (size_t)j->shape->hidden * sizeof(float));
+    }
+    t = now_us();
+    j->cpu_us = t - t0;
+    t0 = t;
+    if (m) {
+        int rc; /* the stream holds only this layer's lane work (and the end event, when timed) */
+        while ((rc = ((query_fn)j->query)(j->lane_stream)) == CUDA_NOT_READY) cpu_relax();
+        if (rc) {
+            j->failed = -3;
+            return rc;
+        }
+        for (int i = 0; i < j->shape->hidden; i++) j->out[i] += j->lane_out[i];
+        t = now_us();
+        j->lane_wait_us = t - t0;
+        t0 = t;
+    }
+    if (j->next_exec) {
+        int rc = ((launch_fn)j->launch)(j->next_exec, j->next_stream);
+        if (rc) {
+            j->failed = -4;
+            return rc;
+        }
+        j->launch_us = now_us() - t0;
     }
     return NEURAL_OK;
 }

@@ -42,8 +42,8 @@ import glob, json, os, statistics, sys
 out, a, b = sys.argv[1:4]
 print(f"A: {a or '(defaults)'}; B: {b or '(defaults)'}; calibrated decode, 18 layers, 12 GiB plan's slots, 8 threads")
 print()
-print("| run | tok/s | VRAM hit | ms a token: wall / cpu / lane start (of it the split) / lane wait | lane experts a token | split CPU / lane ms an expert |")
-print("|---|---:|---:|---|---:|---|")
+print("| run | tok/s | VRAM hit | ms a token: wall / cpu / lane start (of it the split) / lane wait / gpu wait / launch | lane experts a token | native layers a token | split CPU / lane ms an expert |")
+print("|---|---:|---:|---|---:|---:|---|")
 got = {"a": [], "b": []}
 for f in sorted(glob.glob(f"{out}/[ab]-*.json"), key=os.path.getmtime):  # in the order they ran
     name = os.path.basename(f)[:-5]
@@ -55,7 +55,8 @@ for f in sorted(glob.glob(f"{out}/[ab]-*.json"), key=os.path.getmtime):  # in th
     ph, sp = d["phases_ms"], d["lane_split"] or {}
     got[name[0]].append(d["tok_s_MEASURED"])
     print(f"| {name} | {d['tok_s_MEASURED']:.2f} | {d['vram_hit_rate_MEASURED']:.3f} | {ph['wall']:.2f} / {ph['cpu']:.2f} / "
-          f"{ph.get('lane_start', 0):.2f} ({ph.get('lane_decide', 0):.2f}) / {ph.get('lane_wait', 0):.2f} | {d.get('lane_experts_per_token')} | "
+          f"{ph.get('lane_start', 0):.2f} ({ph.get('lane_decide', 0):.2f}) / {ph.get('lane_wait', 0):.2f} / {ph['gpu_wait']:.2f} / {ph['launch']:.2f} | "
+          f"{d.get('lane_experts_per_token')} | {d.get('native_layers_per_token')} | "
           f"{sp.get('cpu_ms')} / {sp.get('lane_ms')} |")
 print()
 for k in "ab":

@@ -20,7 +20,7 @@ cal_checkpoints "$OUT/setup.log"
 for v in false true; do
   timeout 90 "$PY" -m bench.gpu.lane_check /dev/shm/neural-peer/synth-18l 24 "$FLAG=$v" \
     >"$OUT/lane-check-$v.json" 2>>"$OUT/setup.log"
-  tail -1 "$OUT/lane-check-$v.json" | "$PY" -c "import json,sys; d=json.loads(sys.stdin.read()); print('$FLAG=$v', d.get('verdict'), d.get('forced_sha256'), d.get('off_sha256'), d.get('ready_layers'), d.get('direct_error'), d.get('forced_bit_identical'), d.get('off_bit_identical'), [(r['mode'], r['step_ms'], r['lane_ms']) for r in d.get('runs', [])])"
+  tail -1 "$OUT/lane-check-$v.json" | "$PY" -c "import json,sys; d=json.loads(sys.stdin.read()); print('$FLAG=$v', d.get('verdict'), d.get('forced_sha256'), d.get('off_sha256'), d.get('ready_layers'), d.get('direct_error'), d.get('forced_bit_identical'), d.get('off_bit_identical'), d.get('native_layers'), [(r['mode'], r['step_ms'], r['lane_ms']) for r in d.get('runs', [])])"
 done
 echo "[$(( $(date +%s) - T0 )) s] lane checks done"
 A="$FLAG=false" B="$FLAG=true" ROUNDS=${ROUNDS:-3} T0=$T0 bash bench/device/cal_ab.sh 2>&1 | tail -22

@@ -204,10 +204,14 @@ class Residency:
         stale = [slot for key in self.stale if (slot := self.pool.where.get(key)) is not None]
         return self.pool.pick_victim(self.policy.scores, below=np.inf, among=stale)
 
+    def may_capture(self) -> bool:
+        """Whether :meth:`captures_for` can return anything now (else a layer needs no admission decision)."""
+        return bool(self.free_buffers) and self.policy.has_candidates
+
     def captures_for(self, layer: int, misses: list[int]) -> dict[int, int]:
         """expert -> capture buffer, for this layer's misses that are admission candidates."""
         out: dict[int, int] = {}
-        if not self.free_buffers or not self.policy.has_candidates:  # most layers of a decode step
+        if not self.may_capture():  # most layers of a decode step
             return out
         for e in misses:
             key = (layer, e)

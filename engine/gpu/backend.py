@@ -186,7 +186,22 @@ class GpuBackend:
         self.lane_check = info
         if pays or self.settings.decode_lane == "on":
             self.decoder.lane = lane
+            self._start_native_layer(lane)
         log.info("decode copy lane %s: %s", "on" if self.decoder.lane is not None else "off", info or "no check")
+
+    def _start_native_layer(self, lane) -> None:  # lane: CopyLane
+        """A decode layer's host work in one native call (native_layer.py) where the lane, the kernel and the
+        runtime allow it (settings.decode_native_layer)."""
+        if not self.settings.decode_native_layer or lane.native is None:
+            return
+        from .native_layer import NativeLayer, runtime_for
+
+        rt = runtime_for(self.core, lane)
+        experts = getattr(self.misses, "experts", None)
+        if rt is None or experts is None:
+            log.info("decode native layer off: no bare graph launches, lane graphs or runtime functions")
+            return
+        self.decoder.native_layer = NativeLayer(self.core, experts, lane, rt, self.pool.n_static)
 
     def _start_ram_residency(self):  # -> ResidencyManager | None
         """RAM residency for the experts the CPU reads (the misses): warm-up in the order of the

@@ -58,6 +58,9 @@ class CudaRuntime:
             devptr.restype = ctypes.c_int
         self._devptr = devptr
 
+        # the decode layer's native miss path waits for the lane (cudaStreamQuery) and times some uses (events)
+        self._sync = [getattr(lib, name, None) for name in ("cudaStreamQuery", "cudaEventRecord")]
+
     @property
     def can_launch_graphs(self) -> bool:
         return self._launch is not None
@@ -69,6 +72,13 @@ class CudaRuntime:
         copy = ctypes.cast(self._copy2d, ctypes.c_void_p).value or 0
         launch = ctypes.cast(self._launch, ctypes.c_void_p).value or 0 if self._launch is not None else 0
         return int(copy), int(launch)
+
+    @cached_property
+    def sync_addresses(self) -> tuple[int, int]:
+        """(cudaStreamQuery, cudaEventRecord), or (0, 0) where the library lacks either (native/neural_lane.c's
+        neural_lane_layer calls them)."""
+        got = [ctypes.cast(f, ctypes.c_void_p).value or 0 if f is not None else 0 for f in self._sync]
+        return (int(got[0]), int(got[1])) if all(got) else (0, 0)
 
     def graph_launch(self, graph_exec: int, stream: int) -> None:
         """Queue an instantiated graph (``cudaGraphExec_t``) on ``stream``."""

@@ -19,10 +19,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from native.kernel import KernelTimeout
+
 from .admission import AdmissionPolicy, Residency
 from .copy_lane import CopyLane
 from .core import GpuCore
 from .cpu_experts import MissExperts
+from .native_layer import NativeLayer
 from .pool import SlotPool
 
 SPIN_TIMEOUT_S = 30.0
@@ -136,6 +139,10 @@ class Decoder:
         self._late_run = 0
         self.lane: CopyLane | None = None  # some misses copied to the GPU and computed there (copy_lane.py)
         self.lane_early = False  # early launches beside the lane: only with the gentle poll (early_poll_ns > 0)
+        # with the lane and plain launches: a layer's host work from its routing to the next launch in one native
+        # call (native_layer.py) where no admission capture is possible; the backend sets it (decode_native_layer)
+        self.native_layer: NativeLayer | None = None
+        self.native_layers = 0  # layers decoded by it since load
 
     def _after_layer(self, layer: int, ids: list[int], caps: dict[int, int], prompt_weight: float) -> None:
         """A computed layer's bookkeeping: copies started for its captured experts, its routing scored."""
@@ -181,11 +188,17 @@ class Decoder:
         # the copy lane runs beside plain launches unless the early launch's wait polls gently: back-to-back polls
         # from every program of the waiting kernel halved the lane's copy rate (copy_lane.py)
         early = self.early_launch and c.can_early and (lane is None or self.lane_early)
+        nat = self.native_layer if lane is not None and not early else None
+        queued = False  # this layer's graph (or the tail) was launched by the native call of the one before
+        if nat is not None:
+            nat.begin_step()
         try:
             for layer in range(n):
                 tl0 = time.perf_counter()
                 if not early:
-                    c.run_layer(layer)
+                    if not queued:
+                        c.run_layer(layer)
+                    queued = False
                 elif layer == 0:
                     c.run_layer(0)
                     c.run_early(1)  # waits for layer 0's flag (the tail when there is one layer)
@@ -199,6 +212,36 @@ class Decoder:
                     d, done = done, None
                     self._after_layer(*d, prompt_weight)
                 tl2 = time.perf_counter()
+                if nat is not None and (frozen or not residency.may_capture()):
+                    try:
+                        j = nat.run(layer, step)
+                    except KernelTimeout as exc:
+                        raise GpuStall(f"GPU did not publish layer {layer} of step {step} within "
+                                       f"{SPIN_TIMEOUT_S:.0f} s") from exc
+                    queued = True
+                    # the next graph is queued: what follows runs while the GPU computes it
+                    nat.learn(layer, j)
+                    self.native_layers += 1
+                    nh, ns, m = int(j.hits), int(j.static_hits), int(j.lane_n)
+                    hits += nh
+                    ids = c.np_route[layer][:k].tolist()
+                    done = (layer, ids, {})
+                    kinds[layer] = (ns, nh - ns, k - nh)
+                    if routing is not None:
+                        routing[layer] = ids
+                    decide, issue, lane_wait = 1e-6 * j.decide_us, 1e-6 * j.issue_us, 1e-6 * j.lane_wait_us
+                    st.launch += tl1 - tl0 + 1e-6 * j.launch_us
+                    st.gpu_wait += 1e-6 * j.wait_us
+                    st.cpu += 1e-6 * j.cpu_us
+                    st.adm_after += tl2 - tl1
+                    st.admission += tl2 - tl1
+                    if m:
+                        st.lane_decide += decide
+                        st.lane_start += decide + issue
+                        st.lane_wait += lane_wait
+                        st.lane += decide + issue + lane_wait
+                        st.lane_experts += m
+                    continue
                 self._wait(layer, step)
                 tl3 = time.perf_counter()
                 row = c.np_route[layer]
@@ -278,7 +321,7 @@ class Decoder:
                 st.adm_after += tl2 - tl1
                 st.admission += (tr - tl3) + (tl2 - tl1)
             tt = time.perf_counter()
-            if not early:
+            if not early and not queued:
                 c.run_tail()
         except BaseException:
             if early:  # graphs already launched wait for flags that will not come: release them

@@ -1,0 +1,172 @@
+"""A decode layer's host work, from its routing flag to the next graph's launch, in one native call.
+
+With the copy lane on, the host's part of a layer sat between the router and the next launch: read the routing, split
+the misses between the CPU and the lane (lane_split.py), queue the lane (copy_lane.py), compute the CPU's misses, wait
+for the lane and add its result, launch. Run as Python it ran on caches the CPU experts had just streamed through:
+~1.3-2 ms a token at 18 layers in ``lane_start`` alone on the H200 host (session 25), where the same code warm takes
+a few microseconds a layer (bench/kernel/cold_python.py: 13-20x). ``native/neural_lane.c::neural_lane_layer`` does it
+all in C with the split's arithmetic and tie rule; this module fills its per-layer job and, after the call (the next
+layer's graph already queued), does the bookkeeping the GPU does not wait for: the split's learning and probes, the
+lane's counters and timed uses.
+
+Used for a layer where nothing needs Python in between: the copy lane queued natively (whole experts, DMA copies),
+graphs launched by ``cudaGraphLaunch`` the plain way, and no admission capture possible for it (those layers take
+the Python path, Decoder.step). Setting: ``decode_native_layer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .copy_lane import MAX_PITCH, TIME_EVERY, CopyLane
+from .lane_split import PROBE_FIRST, PROBE_LAST
+
+TIMEOUT_S = 30.0  # as decoder.SPIN_TIMEOUT_S: a GPU that never publishes the routing
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The runtime functions' addresses and the handles the native call uses (fakes in tests)."""
+
+    copy2d: int
+    launch: int
+    query: int  # cudaStreamQuery
+    record: int  # cudaEventRecord
+    layer_execs: tuple[int, ...]  # the layers' graphs, then the tail's
+    compute_stream: int
+    lane_execs: tuple[int, int]
+    lane_stream: int
+    events: tuple[tuple[int, int, int], tuple[int, int, int]] | None  # per parity: start, copies done, end
+    current_stream: Callable[[], int] | None = None  # the thread's stream, where GraphLauncher launches
+
+
+def runtime_for(core: Any, lane: CopyLane) -> Runtime | None:
+    """The CUDA handles for ``core`` and ``lane``, or None where something is missing (no bare launches, no lane
+    graphs, a runtime without the query or record)."""
+    rt, launcher = lane._rt, getattr(core, "_launcher", None)
+    if rt is None or launcher is None or lane.stream is None or not lane._execs or lane.pull or lane.split_units:
+        return None
+    copy, launch = rt.addresses
+    query, record = rt.sync_addresses
+    if not (copy and launch and query and record):
+        return None
+    for p in (0, 1):  # a torch Event creates its CUDA event on first record
+        for ev in lane._spare[p]:
+            ev.record(lane.stream)
+    lane.stream.synchronize()
+    events = tuple(tuple(int(ev.cuda_event) for ev in lane._spare[p]) for p in (0, 1))
+    return Runtime(copy, launch, query, record, tuple(launcher._execs), int(launcher._stream()),
+                   (lane._execs[0], lane._execs[1]), int(lane.stream.cuda_stream), events,  # type: ignore[arg-type]
+                   launcher._stream)
+
+
+class NativeLayer:
+    def __init__(self, core: Any, experts: Any, lane: CopyLane, rt: Runtime, n_static: int) -> None:
+        """``experts``: the NativeExperts adapter of the CPU misses (its kernel, shape and descriptors);
+        ``n_static``: slots below it hold the static hot set (counted apart in the step's statistics)."""
+        self.core, self.experts, self.lane, self.rt = core, experts, lane, rt
+        self.n_static = n_static
+        self.kernel = experts.kernel
+        self.ffi = self.kernel.ffi
+        n = core.cfg.num_hidden_layers
+        self.jobs: list[Any] = [None] * n
+        self._keep: list[Any] = []  # what the jobs' pointers point to
+        self.ready = [False] * n  # the layer's shards registered: lane_most set
+        self._stream = rt.compute_stream
+
+    def _ptr(self, ctype: str, a: np.ndarray) -> Any:
+        self._keep.append(a)
+        return self.ffi.cast(ctype, a.ctypes.data)
+
+    def _job(self, layer: int) -> Any:
+        """The layer's job with every field that does not change between tokens."""
+        c, lane, rt, ffi = self.core, self.lane, self.rt, self.ffi
+        p = layer % 2
+        j = self.kernel.lane_layer_job()
+        j.flag = ffi.cast("int32_t *", c.np_flags.ctypes.data + 4 * layer)
+        j.k, j.bt = c.cfg.num_experts_per_tok, c.kern.block_t
+        j.n_static = self.n_static
+        j.route = self._ptr("int32_t *", c.np_route[layer])
+        j.timeout_us = TIMEOUT_S * 1e6
+        j.fixed_ms = lane.rates.cpu_fixed_ms
+        j.shape = self.experts.shape
+        e = c.cfg.num_local_experts
+        table = ffi.new("neural_expert *[]", [self.experts.ref(layer, i).cdata for i in range(e)])
+        self._keep.append(table)
+        j.table, j.n_experts = table, e
+        j.x = self._ptr("float *", c.np_t)
+        j.out = self._ptr("float *", c.np_cpu_moe[p])
+        j.copy2d, j.launch = ffi.cast("void *", rt.copy2d), ffi.cast("void *", rt.launch)
+        j.query, j.record = ffi.cast("void *", rt.query), ffi.cast("void *", rt.record)
+        j.lane_stream, j.lane_exec = ffi.cast("void *", rt.lane_stream), ffi.cast("void *", rt.lane_execs[p])
+        j.next_exec = ffi.cast("void *", rt.layer_execs[layer + 1])
+        j.next_stream = ffi.cast("void *", self._stream)
+        if rt.events is not None:
+            for i in range(3):
+                j.events[i] = ffi.cast("void *", rt.events[p][i])
+        j.pool, j.slot_bytes, j.max_pitch = c.pool.data_ptr(), c.plan.slot_bytes, MAX_PITCH
+        parts = np.asarray(lane._layer_parts(layer), dtype=np.int64)
+        j.parts, j.nparts = self._ptr("int64_t *", parts), parts.shape[0]
+        j.lane_slots = self._ptr("int32_t *", lane._slots_np[p])
+        j.lane_route = self._ptr("int32_t *", lane.np_route[p])
+        j.lane_out = self._ptr("float *", lane.np_out[p])
+        return j
+
+    def begin_step(self) -> None:
+        """Once a token: the next graphs go on the stream the thread launches on now (as GraphLauncher's do)."""
+        if self.rt.current_stream is None:
+            return
+        s = int(self.rt.current_stream())
+        if s != self._stream:
+            self._stream = s
+            for j in self.jobs:
+                if j is not None:
+                    j.next_stream = self.ffi.cast("void *", s)
+
+    def run(self, layer: int, step: int) -> Any:
+        """The layer's miss path (the next graph launched at its end); returns the job with its results."""
+        j = self.jobs[layer]
+        if j is None:
+            j = self.jobs[layer] = self._job(layer)
+        lane, rates = self.lane, self.lane.rates
+        if not self.ready[layer] and lane.direct.ready(layer):
+            self.ready[layer] = True
+        j.lane_most = lane.width if self.ready[layer] else 0
+        j.step = step
+        j.probe = not rates.frozen and rates.idle + 1 >= rates.every
+        j.timed = (lane.uses + 1) % TIME_EVERY == 0
+        j.cpu_ms, j.lane_ms = rates.cpu_ms, rates.lane_ms
+        self.kernel.lane_layer(j)
+        return j
+
+    def learn(self, layer: int, j: Any) -> None:
+        """What the Python path learns from a layer (CopyLane.split / SplitRates.choose, observe_cpu, finish)."""
+        lane, rates = self.lane, self.lane.rates
+        n, m = int(j.misses), int(j.lane_n)
+        if n and not self.ready[layer]:
+            lane.not_ready += 1
+        elif n:  # SplitRates.choose and _probe, as the native call chose
+            rates.probed = bool(j.probed)
+            if rates.probed:
+                rates.idle, rates.every = 0, min(2 * rates.every, PROBE_LAST)
+                rates.probes += 1
+            elif m:
+                rates.idle, rates.every = 0, PROBE_FIRST
+            elif not rates.frozen:
+                rates.idle += 1
+            rates.chosen[min(m, 2)] += 1
+        rates.observe_cpu(n - m, float(j.cpu_us) * 1e-6)
+        if m:
+            lane.experts += m
+            lane.uses += 1
+            if j.timed_use and lane._spare:  # the events (CUDA only)
+                t0, tc, t1 = lane._spare[layer % 2]
+                copy, kern = t0.elapsed_time(tc), tc.elapsed_time(t1)
+                lane.copy_ms += copy
+                lane.kernel_ms += kern
+                lane.timed += m
+                rates.observe_lane(m, copy + kern)

@@ -1,0 +1,197 @@
+"""A decode layer's miss path in one native call (engine/gpu/native_layer.py, native/neural_lane.c) under Triton's
+interpreter, the CUDA runtime played by ctypes callbacks: copies are host memmoves, a "graph launch" runs the layer,
+the tail or the lane's kernels at once. It must decode the bits the Python path decodes, split as lane_split.py
+splits, and name what fails."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from test_copy_lane import LANE_TOKENS, mapped  # this folder is on sys.path
+from test_gpu_backend import make
+
+from engine.checkpoint import Checkpoint
+from engine.gpu.backend import GpuBackend
+from engine.gpu.copy_lane import CopyLane
+from engine.gpu.decoder import GpuStall
+from engine.gpu.lane_split import PROBE_FIRST, best_split
+from engine.gpu.native_layer import NativeLayer, Runtime
+
+COPY2D = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                          ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+QUERY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+RECORD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+LAYER, LANE, EVENT, STREAM, LANE_STREAM = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000
+
+
+class FakeRuntime:
+    """Callbacks with the runtime's C signatures: graph ids LAYER + i (the tail at i = layers) and LANE + parity."""
+
+    def __init__(self, be: GpuBackend, lane: CopyLane, fail: str = "", busy: int = 0, layers: bool = True) -> None:
+        self.log: list[tuple[str, int]] = []
+        n = be.core.cfg.num_hidden_layers
+        self.busy = busy  # queries answered "not ready" before "done"
+
+        def copy(dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: int, s: int) -> int:
+            self.log.append(("copy", height))
+            for r in range(height):
+                ctypes.memmove(dst + r * dpitch, src + r * spitch, width)
+            return 700 if fail == "copy" else 0
+
+        def launch(exe: int, stream: int) -> int:
+            exe = int(exe or 0)
+            if exe >= LANE:
+                self.log.append(("lane", exe - LANE))
+                lane._kernels(exe - LANE)
+                return 0
+            i = exe - LAYER
+            self.log.append(("layer", i))
+            if fail == "launch":
+                return 719
+            if layers:
+                be.core.run_layer(i) if i < n else be.core.run_tail()
+            return 0
+
+        def query(stream: int) -> int:
+            self.log.append(("query", int(stream or 0)))
+            if self.busy:
+                self.busy -= 1
+                return 600
+            return 0
+
+        def record(event: int, stream: int) -> int:
+            self.log.append(("record", int(event or 0) - EVENT))
+            return 0
+
+        self._cbs = (COPY2D(copy), LAUNCH(launch), QUERY(query), RECORD(record))
+        addr = [ctypes.cast(f, ctypes.c_void_p).value or 0 for f in self._cbs]
+        self.runtime = Runtime(addr[0], addr[1], addr[2], addr[3], tuple(LAYER + i for i in range(n + 1)), STREAM,
+                               (LANE, LANE + 1), LANE_STREAM, ((EVENT, EVENT + 1, EVENT + 2),) * 2)
+
+
+def native_backend(ck: Checkpoint, cpu_ms: float, lane_ms: float, fail: str = "",
+                   layers: bool = True) -> tuple[GpuBackend, FakeRuntime]:
+    be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True)
+    lane = CopyLane(be.core, mapped(ck, be), width=2)
+    lane.rates.fix(cpu_ms, lane_ms)
+    be.decoder.lane = lane
+    rt = FakeRuntime(be, lane, fail, layers=layers)
+    be.decoder.native_layer = NativeLayer(be.core, be.misses.experts, lane, rt.runtime, be.pool.n_static)
+    return be, rt
+
+
+@pytest.mark.parametrize("cpu_ms,lane_ms", [(10.0, 0.01), (0.1, 0.35)])  # two of 4 misses down the lane; one
+def test_native_layers_decode_the_python_paths_bits(tiny_ck: Checkpoint, cpu_ms: float, lane_ms: float) -> None:
+    tokens = LANE_TOKENS[:4]
+    plain = make(tiny_ck, slots=10, scratch_slots=4, static_slots=4, native=True)
+    lane = CopyLane(plain.core, mapped(tiny_ck, plain), width=2)
+    lane.rates.fix(cpu_ms, lane_ms)
+    plain.decoder.lane = lane
+    want = torch.stack([plain.forward([t]) for t in tokens])
+    be, rt = native_backend(tiny_ck, cpu_ms, lane_ms)
+    got = torch.stack([be.forward([t]) for t in tokens])
+    assert torch.equal(got, want)
+    layers = len(tokens) * tiny_ck.config.num_hidden_layers
+    assert be.decoder.native_layers == layers and plain.decoder.native_layers == 0
+    a, b = be.decoder.stats, plain.decoder.stats
+    assert a.lane_experts == b.lane_experts > 0 and a.hits == b.hits
+    np.testing.assert_array_equal(a.per_layer_kinds, b.per_layer_kinds)
+    assert be.decoder.lane.rates.chosen == lane.rates.chosen and be.decoder.lane.uses == lane.uses
+    # each layer: its lane copies and graph, then (after the CPU's experts) the query, then the next launch
+    launches = [x for kind, x in rt.log if kind == "layer"]
+    assert launches == [i + 1 for _ in tokens for i in range(tiny_ck.config.num_hidden_layers)]
+    first = rt.log.index(("lane", 0))
+    assert [k for k, _ in rt.log[first: first + 3]] == ["lane", "query", "layer"]
+    assert 0 < a.lane_decide < a.lane_start and a.cpu > 0 and a.lane_wait > 0
+
+
+def test_the_native_split_is_best_split(tiny_ck: Checkpoint) -> None:
+    """Over rates either side of each choice (ties included), the native call sends the lane what best_split says,
+    the last misses in routing order; with probe set and nothing chosen it sends one and says so."""
+    be, rt = native_backend(tiny_ck, 1.0, 1.0, layers=False)  # launches of the next layer logged, not run
+    nat = be.decoder.native_layer
+    assert nat is not None
+    c, k, bt = be.core, tiny_ck.config.num_experts_per_tok, be.core.kern.block_t
+    row = c.np_route[0]
+    step = 7
+    c.np_flags[0] = step
+    ids = [3, 6, 1, 4][:k]
+    row[:k] = ids
+    row[bt: bt + k] = np.full(k, 0.25, np.float32).view(np.int32)
+    lane_input_row = np.random.default_rng(0).standard_normal(tiny_ck.config.hidden_size).astype(np.float32)
+    c.np_t[:] = lane_input_row
+    checked = 0
+    nat.lane.rates.cpu_fixed_ms = 0.0625
+    nat.jobs[0] = None  # built again with that fixed cost
+    for hits in range(k + 1):
+        row[2 * bt: 2 * bt + k] = [0] * hits + [-1] * (k - hits)
+        misses = ids[hits:]
+        # rates in binary fractions, so that ties are exact (1 miss at CPU 0.25 + 0.0625 against the lane's
+        # 0.3125; 4 at 0.015625 against 0.125): a tie keeps the misses on the CPU
+        for cpu in (0.015625, 0.25, 0.5):
+            for lane_ms in (0.125, 0.3125):
+                for probe in (False, True):
+                    nat.lane.rates.fix(cpu, lane_ms)
+                    nat.lane.rates.idle = PROBE_FIRST if probe else 0
+                    nat.lane.rates.frozen = not probe
+                    rt.log.clear()
+                    j = nat.run(0, step)
+                    want, _ = best_split(len(misses), 2, nat.lane.rates.cpu_fixed_ms, cpu, lane_ms)
+                    probed = probe and want == 0 and len(misses) > 0
+                    m = want or int(probed)
+                    assert (int(j.hits), int(j.misses), int(j.lane_n), bool(j.probed)) == (hits, len(misses), m,
+                                                                                          probed)
+                    assert list(j.lane_ids)[:m] == misses[len(misses) - m:]
+                    # the CPU's part plus the lane's: the sum of the two computed apart
+                    cpu_out = np.zeros_like(lane_input_row)
+                    be.misses.compute(0, c.np_t, misses[: len(misses) - m], [0.25] * (len(misses) - m), cpu_out, {})
+                    want_out = cpu_out + nat.lane.np_out[0] if m else cpu_out
+                    assert c.np_cpu_moe[0].tobytes() == want_out.tobytes()
+                    timed = ("record", 0) in rt.log
+                    assert timed == (probed or bool(m and j.timed))
+                    checked += 1
+    assert checked == (k + 1) * 12
+
+
+def test_a_native_layer_names_what_failed(tiny_ck: Checkpoint) -> None:
+    from native.kernel import KernelError
+
+    for fail, match in (("copy", r"cudaMemcpy2DAsync \(copy 0\) failed with CUDA error 700"),
+                        ("launch", r"the next launch failed with CUDA error 719")):
+        be, _ = native_backend(tiny_ck, 10.0, 0.01, fail)
+        with pytest.raises(KernelError, match=match):
+            be.forward([LANE_TOKENS[0]])
+
+
+def test_a_flag_never_raised_is_a_gpu_stall(tiny_ck: Checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.gpu.native_layer as nl
+    from native.kernel import KernelTimeout
+
+    monkeypatch.setattr(nl, "TIMEOUT_S", 0.05)
+    be, _ = native_backend(tiny_ck, 10.0, 0.01)
+    nat = be.decoder.native_layer
+    assert nat is not None
+    be.core.np_flags[:] = 0
+    with pytest.raises(KernelTimeout, match="timed out waiting for the GPU's flag"):
+        nat.run(0, 12345)
+    monkeypatch.setattr(be.core, "run_layer", lambda i: None)  # nothing publishes the routing
+    with pytest.raises(GpuStall, match="did not publish layer 0"):
+        be.decoder.step(LANE_TOKENS[0], 0)
+
+
+def test_the_lane_is_waited_for_before_its_sum(tiny_ck: Checkpoint) -> None:
+    be, rt = native_backend(tiny_ck, 10.0, 0.01)
+    rt.busy = 5
+    be.forward([LANE_TOKENS[0]])
+    queries = [i for i, (kind, _) in enumerate(rt.log) if kind == "query"]
+    assert len(queries) >= 6 and rt.log[queries[0]] == ("query", LANE_STREAM)
