@@ -84,7 +84,10 @@ class EngineSettings:
     # with the copy lane (queued natively, plain launches): a decode layer's host work from its routing flag to the
     # next graph's launch (the split, the lane's queueing, the CPU's misses, the wait for the lane, the launch) in one
     # native call (engine/gpu/native_layer.py), not Python run on caches the CPU experts have just flushed; layers
-    # where an admission capture is possible keep the Python path
+    # where an admission capture is possible keep the Python path; with decode_lane_beside the CPU's misses start
+    # before the lane is queued there too. Off until measured on the GPU (written in session 26 without device
+    # time; the interpreter's tests show the Python path's bits): `FLAG=decode_native_layer bash
+    # bench/device/lane_flag_ab.sh`
     decode_native_layer: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh

@@ -87,7 +87,7 @@ int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec
                       int bt, const int32_t *experts, const float *weights, int m, int32_t *failed);
 typedef struct neural_lane_layer_job {
     const int32_t *flag;
-    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts;
+    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts, beside;
     const int32_t *route;
     double timeout_us, fixed_ms, cpu_ms, lane_ms;
     const neural_shape *shape;

@@ -253,11 +253,13 @@ int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec
    set), queue them (neural_lane_issue, between events[0..2] recorded through record when timed or probed), compute
    the rest with neural_moe_token into out (zeros if none), wait until query(lane_stream) (cudaStreamQuery) is no
    longer 600 (cudaErrorNotReady), add lane_out [hidden], then launch(next_exec, next_stream) unless next_exec is NULL.
+   With beside set the CPU's misses start on the worker threads (neural_moe_token_begin) before the lane is queued
+   and this thread joins them after (neural_moe_token_end; cpu_us is then their span), the same bits.
    Returns NEURAL_ETIMEOUT after timeout_us without the flag; a runtime call's error (> 0) with failed set: the
    copy's index, -2 a lane launch or record, -3 the lane's query, -4 the next launch, -5 the first record. */
 typedef struct neural_lane_layer_job {
     const int32_t *flag;
-    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts;
+    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts, beside;
     const int32_t *route;
     double timeout_us, fixed_ms, cpu_ms, lane_ms;
     const neural_shape *shape;

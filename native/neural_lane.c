@@ -170,42 +170,54 @@ int neural_lane_layer(neural_lane_layer_job *j) {
     t = now_us();
     j->decide_us = t - t0;
     t0 = t;
+    const neural_expert *ex[NEURAL_MAX_K];
+    for (int i = 0; i < c; i++) ex[i] = j->table[ids[i]];
+    int beside = j->beside && c && m;
+    if (beside) { /* the CPU's misses start first; this thread queues the lane, then joins them */
+        int rc = neural_moe_token_begin(j->shape, ex, ws, c, j->x, j->out);
+        if (rc) return rc;
+    }
     if (m) {
         void **ev = (j->timed || j->probed) && j->record && j->events[0] ? j->events : NULL;
         record_fn record = (record_fn)j->record;
         int rc = ev ? record(ev[0], j->lane_stream) : 0;
-        if (rc) {
+        if (!rc)
+            rc = neural_lane_issue(j->copy2d, j->launch, j->lane_stream, ev ? NULL : j->lane_exec, j->pool,
+                                   j->slot_bytes, j->max_pitch, j->parts, j->nparts, j->lane_slots, j->lane_route,
+                                   bt, ids + c, ws + c, m, &j->failed);
+        else
             j->failed = -5;
-            return rc;
-        }
-        rc = neural_lane_issue(j->copy2d, j->launch, j->lane_stream, ev ? NULL : j->lane_exec, j->pool,
-                               j->slot_bytes, j->max_pitch, j->parts, j->nparts, j->lane_slots, j->lane_route, bt,
-                               ids + c, ws + c, m, &j->failed);
-        if (rc) return rc;
-        if (ev) {
+        if (!rc && ev) {
             j->timed_use = 1;
             if ((rc = record(ev[1], j->lane_stream)) == 0 &&
                 (rc = ((launch_fn)j->launch)(j->lane_exec, j->lane_stream)) == 0)
                 rc = record(ev[2], j->lane_stream);
-            if (rc) {
-                j->failed = -2;
-                return rc;
-            }
+            if (rc) j->failed = -2;
+        }
+        if (rc) {
+            if (beside) neural_moe_token_end(NULL); /* the workers joined, the lock released */
+            return rc;
         }
     }
     t = now_us();
     j->issue_us = t - t0;
     t0 = t;
-    if (c) {
-        const neural_expert *ex[NEURAL_MAX_K];
-        for (int i = 0; i < c; i++) ex[i] = j->table[ids[i]];
+    if (beside) {
+        double span = 0.0;
+        int rc = neural_moe_token_end(&span);
+        if (rc) return rc;
+        t = now_us();
+        j->cpu_us = span; /* the experts' own span: the split learns the CPU's rate from it, not the queueing */
+    } else if (c) {
         int rc = neural_moe_token(j->shape, ex, ws, c, j->x, j->out);
         if (rc) return rc;
     } else {
         memset(j->out, 0, (size_t)j->shape->hidden * sizeof(float));
     }
-    t = now_us();
-    j->cpu_us = t - t0;
+    if (!beside) {
+        t = now_us();
+        j->cpu_us = t - t0;
+    }
     t0 = t;
     if (m) {
         int rc; /* the stream holds only this layer's lane work (and the end event, when timed) */

@@ -214,7 +214,7 @@ class Decoder:
                 tl2 = time.perf_counter()
                 if nat is not None and (frozen or not residency.may_capture()):
                     try:
-                        j = nat.run(layer, step)
+                        j = nat.run(layer, step, self.lane_beside)
                     except KernelTimeout as exc:
                         raise GpuStall(f"GPU did not publish layer {layer} of step {step} within "
                                        f"{SPIN_TIMEOUT_S:.0f} s") from exc

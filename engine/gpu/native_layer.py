@@ -127,8 +127,9 @@ class NativeLayer:
                 if j is not None:
                     j.next_stream = self.ffi.cast("void *", s)
 
-    def run(self, layer: int, step: int) -> Any:
-        """The layer's miss path (the next graph launched at its end); returns the job with its results."""
+    def run(self, layer: int, step: int, beside: bool = False) -> Any:
+        """The layer's miss path (the next graph launched at its end); returns the job with its results. ``beside``:
+        the CPU's misses start before the lane is queued (settings.decode_lane_beside)."""
         j = self.jobs[layer]
         if j is None:
             j = self.jobs[layer] = self._job(layer)
@@ -137,6 +138,7 @@ class NativeLayer:
             self.ready[layer] = True
         j.lane_most = lane.width if self.ready[layer] else 0
         j.step = step
+        j.beside = beside
         j.probe = not rates.frozen and rates.idle + 1 >= rates.every
         j.timed = (lane.uses + 1) % TIME_EVERY == 0
         j.cpu_ms, j.lane_ms = rates.cpu_ms, rates.lane_ms

@@ -115,6 +115,21 @@ def test_native_layers_decode_the_python_paths_bits(tiny_ck: Checkpoint, cpu_ms:
     assert 0 < a.lane_decide < a.lane_start and a.cpu > 0 and a.lane_wait > 0
 
 
+def test_beside_the_lanes_queueing_the_cpu_experts_give_the_same_bits(tiny_ck: Checkpoint) -> None:
+    """decode_lane_beside in the native call: the CPU's misses start on the workers before the lane is queued
+    (neural_moe_token_begin / end); the same logits as queue-first, bit for bit, with both sides used."""
+    tokens = LANE_TOKENS[:3]
+    got = {}
+    for beside in (False, True):
+        be, _ = native_backend(tiny_ck, 0.1, 0.35)  # one of 4 misses down the lane, three on the CPU
+        be.decoder.lane_beside = beside
+        got[beside] = torch.stack([be.forward([t]) for t in tokens])
+        st = be.decoder.stats
+        assert be.decoder.native_layers == 3 * tiny_ck.config.num_hidden_layers
+        assert st.lane_experts == be.decoder.native_layers and st.cpu > 0
+    assert torch.equal(got[True], got[False])
+
+
 def test_the_native_split_is_best_split(tiny_ck: Checkpoint) -> None:
     """Over rates either side of each choice (ties included), the native call sends the lane what best_split says,
     the last misses in routing order; with probe set and nothing chosen it sends one and says so."""
