@@ -102,6 +102,7 @@ typedef struct neural_lane_layer_job {
     const int32_t *lane_slots;
     int32_t *lane_route;
     const float *lane_out;
+    int32_t *done_flag;
     int32_t hits, static_hits, misses, lane_n, probed, timed_use, failed;
     int32_t lane_ids[8];
     double wait_us, decide_us, issue_us, cpu_us, lane_wait_us, launch_us;

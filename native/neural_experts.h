@@ -252,7 +252,8 @@ int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec
    last m misses to the copy lane (m from best_split on the rates, at most lane_most; 1 where it picks 0 and probe is
    set), queue them (neural_lane_issue, between events[0..2] recorded through record when timed or probed), compute
    the rest with neural_moe_token into out (zeros if none), wait until query(lane_stream) (cudaStreamQuery) is no
-   longer 600 (cudaErrorNotReady), add lane_out [hidden], then launch(next_exec, next_stream) unless next_exec is NULL.
+   longer 600 (cudaErrorNotReady), add lane_out [hidden], store step in *done_flag unless it is NULL (the early
+   launch: the next layer's graph waits for it), then launch(next_exec, next_stream) unless next_exec is NULL.
    With beside set the CPU's misses start on the worker threads (neural_moe_token_begin) before the lane is queued
    and this thread joins them after (neural_moe_token_end; cpu_us is then their span), the same bits.
    Returns NEURAL_ETIMEOUT after timeout_us without the flag; a runtime call's error (> 0) with failed set: the
@@ -274,6 +275,7 @@ typedef struct neural_lane_layer_job {
     const int32_t *lane_slots;
     int32_t *lane_route;
     const float *lane_out;
+    int32_t *done_flag;
     /* results */
     int32_t hits, static_hits, misses, lane_n, probed, timed_use, failed;
     int32_t lane_ids[8];

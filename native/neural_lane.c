@@ -101,6 +101,14 @@ static int32_t load_acquire32(const int32_t *p) {
 #endif
 }
 
+static void store_release32(int32_t *p, int32_t v) {
+#if defined(_MSC_VER)
+    *(volatile int32_t *)p = v; /* x86: a volatile store is a release store under /volatile:ms */
+#else
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
 /* the lane's share of k misses: lane_split.best_split */
 static int best_split(int k, int most, double fixed, double cpu, double lane) {
     int best = 0;
@@ -231,6 +239,7 @@ int neural_lane_layer(neural_lane_layer_job *j) {
         j->lane_wait_us = t - t0;
         t0 = t;
     }
+    if (j->done_flag) store_release32(j->done_flag, j->step); /* the early-launched next layer goes on */
     if (j->next_exec) {
         int rc = ((launch_fn)j->launch)(j->next_exec, j->next_stream);
         if (rc) {

@@ -126,6 +126,8 @@ class GpuBackend:
         self.decoder.lane_beside = settings.decode_lane_beside
         if settings.decode_lane != "off":
             self._start_lane()
+        if settings.decode_native_layer and self.core.cuda:
+            self._start_native_layer()
         self.ram_residency = self._start_ram_residency()
         self.residency.ram = self.ram_residency  # admissions and evictions change what the CPU reads
         log.info("GPU backend: %s; CPU misses: %s", self.plan.describe(), self.misses.name)
@@ -186,20 +188,21 @@ class GpuBackend:
         self.lane_check = info
         if pays or self.settings.decode_lane == "on":
             self.decoder.lane = lane
-            self._start_native_layer(lane)
         log.info("decode copy lane %s: %s", "on" if self.decoder.lane is not None else "off", info or "no check")
 
-    def _start_native_layer(self, lane) -> None:  # lane: CopyLane
-        """A decode layer's host work in one native call (native_layer.py) where the lane, the kernel and the
-        runtime allow it (settings.decode_native_layer)."""
-        if not self.settings.decode_native_layer or lane.native is None:
-            return
-        from .native_layer import NativeLayer, runtime_for
+    def _start_native_layer(self) -> None:
+        """A decode layer's host work in one native call (native_layer.py, settings.decode_native_layer): beside the
+        copy lane (plain launches), or without it for the early launch, where the kernel and the runtime allow."""
+        from .native_layer import NativeLayer, early_runtime_for, runtime_for
 
-        rt = runtime_for(self.core, lane)
+        lane = self.decoder.lane
         experts = getattr(self.misses, "experts", None)
+        if lane is not None:
+            rt = runtime_for(self.core, lane) if lane.native is not None else None
+        else:
+            rt = early_runtime_for(self.core) if self.decoder.early_launch else None
         if rt is None or experts is None:
-            log.info("decode native layer off: no bare graph launches, lane graphs or runtime functions")
+            log.info("decode native layer off: no native kernel, bare graph launches or runtime functions")
             return
         self.decoder.native_layer = NativeLayer(self.core, experts, lane, rt, self.pool.n_static)
 

@@ -188,7 +188,9 @@ class Decoder:
         # the copy lane runs beside plain launches unless the early launch's wait polls gently: back-to-back polls
         # from every program of the waiting kernel halved the lane's copy rate (copy_lane.py)
         early = self.early_launch and c.can_early and (lane is None or self.lane_early)
-        nat = self.native_layer if lane is not None and not early else None
+        nat = self.native_layer  # in the mode it was built for: beside the lane, or the early launch without it
+        if nat is not None and (nat.early != early or nat.lane is not lane):
+            nat = None
         queued = False  # this layer's graph (or the tail) was launched by the native call of the one before
         if nat is not None:
             nat.begin_step()

@@ -11,7 +11,9 @@ lane's counters and timed uses.
 
 Used for a layer where nothing needs Python in between: the copy lane queued natively (whole experts, DMA copies),
 graphs launched by ``cudaGraphLaunch`` the plain way, and no admission capture possible for it (those layers take
-the Python path, Decoder.step). Setting: ``decode_native_layer``.
+the Python path, Decoder.step). Without the lane (a PC whose CPU kernel alone fills DRAM: the copy lane's load-time
+check turns it off there), the same call serves the early launch: the routing flag, the CPU's misses, the flag the
+early-launched next layer waits on, the launch of the layer after it. Setting: ``decode_native_layer``.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ class Runtime:
     launch: int
     query: int  # cudaStreamQuery
     record: int  # cudaEventRecord
-    layer_execs: tuple[int, ...]  # the layers' graphs, then the tail's
+    layer_execs: tuple[int, ...]  # the layers' graphs then the tail's; early: layers 1.. then the tail's (run_early)
     compute_stream: int
-    lane_execs: tuple[int, int]
+    lane_execs: tuple[int, int] | None  # None: no lane (the early launch's mode)
     lane_stream: int
     events: tuple[tuple[int, int, int], tuple[int, int, int]] | None  # per parity: start, copies done, end
     current_stream: Callable[[], int] | None = None  # the thread's stream, where GraphLauncher launches
@@ -64,11 +66,27 @@ def runtime_for(core: Any, lane: CopyLane) -> Runtime | None:
                    launcher._stream)
 
 
+def early_runtime_for(core: Any) -> Runtime | None:
+    """The handles for the early launch without a lane (GpuCore.run_early's graphs), or None."""
+    from . import cudart
+
+    rt, launcher = cudart.runtime(), getattr(core, "_early_launcher", None)
+    if rt is None or launcher is None:
+        return None
+    launch = rt.addresses[1]
+    if not launch:
+        return None
+    return Runtime(0, launch, 0, 0, tuple(launcher._execs), int(launcher._stream()), None, 0, None, launcher._stream)
+
+
 class NativeLayer:
-    def __init__(self, core: Any, experts: Any, lane: CopyLane, rt: Runtime, n_static: int) -> None:
+    def __init__(self, core: Any, experts: Any, lane: CopyLane | None, rt: Runtime, n_static: int) -> None:
         """``experts``: the NativeExperts adapter of the CPU misses (its kernel, shape and descriptors);
-        ``n_static``: slots below it hold the static hot set (counted apart in the step's statistics)."""
+        ``n_static``: slots below it hold the static hot set (counted apart in the step's statistics). Without a
+        ``lane``, the early launch's mode: the call raises the layer's CPU flag (np_cpu_done) and launches the
+        graph of the layer after next (GpuCore.run_early), as the Python path does."""
         self.core, self.experts, self.lane, self.rt = core, experts, lane, rt
+        self.early = lane is None
         self.n_static = n_static
         self.kernel = experts.kernel
         self.ffi = self.kernel.ffi
@@ -86,13 +104,13 @@ class NativeLayer:
         """The layer's job with every field that does not change between tokens."""
         c, lane, rt, ffi = self.core, self.lane, self.rt, self.ffi
         p = layer % 2
+        n = c.cfg.num_hidden_layers
         j = self.kernel.lane_layer_job()
         j.flag = ffi.cast("int32_t *", c.np_flags.ctypes.data + 4 * layer)
         j.k, j.bt = c.cfg.num_experts_per_tok, c.kern.block_t
         j.n_static = self.n_static
         j.route = self._ptr("int32_t *", c.np_route[layer])
         j.timeout_us = TIMEOUT_S * 1e6
-        j.fixed_ms = lane.rates.cpu_fixed_ms
         j.shape = self.experts.shape
         e = c.cfg.num_local_experts
         table = ffi.new("neural_expert *[]", [self.experts.ref(layer, i).cdata for i in range(e)])
@@ -100,11 +118,19 @@ class NativeLayer:
         j.table, j.n_experts = table, e
         j.x = self._ptr("float *", c.np_t)
         j.out = self._ptr("float *", c.np_cpu_moe[p])
-        j.copy2d, j.launch = ffi.cast("void *", rt.copy2d), ffi.cast("void *", rt.launch)
+        j.launch = ffi.cast("void *", rt.launch)
+        j.next_stream = ffi.cast("void *", self._stream)
+        if lane is None:  # the early launch: the flag the next graph waits on, and the graph after it
+            j.done_flag = ffi.cast("int32_t *", c.np_cpu_done.ctypes.data + 4 * layer)
+            if layer + 2 <= n:
+                j.next_exec = ffi.cast("void *", rt.layer_execs[layer + 1])  # run_early(layer + 2)
+            return j
+        j.fixed_ms = lane.rates.cpu_fixed_ms
+        assert rt.lane_execs is not None
+        j.copy2d = ffi.cast("void *", rt.copy2d)
         j.query, j.record = ffi.cast("void *", rt.query), ffi.cast("void *", rt.record)
         j.lane_stream, j.lane_exec = ffi.cast("void *", rt.lane_stream), ffi.cast("void *", rt.lane_execs[p])
         j.next_exec = ffi.cast("void *", rt.layer_execs[layer + 1])
-        j.next_stream = ffi.cast("void *", self._stream)
         if rt.events is not None:
             for i in range(3):
                 j.events[i] = ffi.cast("void *", rt.events[p][i])
@@ -133,11 +159,15 @@ class NativeLayer:
         j = self.jobs[layer]
         if j is None:
             j = self.jobs[layer] = self._job(layer)
-        lane, rates = self.lane, self.lane.rates
+        j.step = step
+        lane = self.lane
+        if lane is None:
+            self.kernel.lane_layer(j)
+            return j
+        rates = lane.rates
         if not self.ready[layer] and lane.direct.ready(layer):
             self.ready[layer] = True
         j.lane_most = lane.width if self.ready[layer] else 0
-        j.step = step
         j.beside = beside
         j.probe = not rates.frozen and rates.idle + 1 >= rates.every
         j.timed = (lane.uses + 1) % TIME_EVERY == 0
@@ -147,7 +177,10 @@ class NativeLayer:
 
     def learn(self, layer: int, j: Any) -> None:
         """What the Python path learns from a layer (CopyLane.split / SplitRates.choose, observe_cpu, finish)."""
-        lane, rates = self.lane, self.lane.rates
+        lane = self.lane
+        if lane is None:
+            return
+        rates = lane.rates
         n, m = int(j.misses), int(j.lane_n)
         if n and not self.ready[layer]:
             lane.not_ready += 1

@@ -210,3 +210,76 @@ def test_the_lane_is_waited_for_before_its_sum(tiny_ck: Checkpoint) -> None:
     be.forward([LANE_TOKENS[0]])
     queries = [i for i, (kind, _) in enumerate(rt.log) if kind == "query"]
     assert len(queries) >= 6 and rt.log[queries[0]] == ("query", LANE_STREAM)
+
+
+EARLY = 0x6000
+
+
+class EarlyEmulation:
+    """Early-launched graphs under the interpreter (which has none): a launch of graph i (GpuCore.run_early(i):
+    layer i, or the tail at i = layers) is held until the flag its first kernel waits on, np_cpu_done[i - 1], holds
+    the step; held graphs run in order at every launch and before every wait of the decoder's."""
+
+    def __init__(self, be: GpuBackend) -> None:
+        self.be = be
+        self.held: list[int] = []
+        self.ran: list[int] = []
+
+    def launch(self, i: int) -> None:
+        self.held.append(i)
+        self.flush()
+
+    def flush(self) -> None:
+        c = self.be.core
+        step = int(c.np_ctrl[1])
+        while self.held and int(c.np_cpu_done[self.held[0] - 1]) == step:
+            i = self.held.pop(0)
+            self.ran.append(i)
+            c.run_layer(i) if i < c.cfg.num_hidden_layers else c.run_tail()
+
+
+def early_backend(ck: Checkpoint, monkeypatch: pytest.MonkeyPatch, native: bool) -> tuple[GpuBackend, EarlyEmulation]:
+    be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True)
+    emu = EarlyEmulation(be)
+    monkeypatch.setattr(type(be.core), "can_early", property(lambda self: True))
+    be.core.run_early = emu.launch  # type: ignore[method-assign]
+    wait = be.decoder._wait
+
+    def waiting(index: int, step: int) -> None:
+        emu.flush()
+        wait(index, step)
+
+    be.decoder._wait = waiting  # type: ignore[method-assign]
+    be.decoder.early_launch = True
+    if native:
+        def launch(exe: int, stream: int) -> int:
+            emu.launch(int(exe or 0) - EARLY + 1)  # early graph index i - 1 is run_early(i)
+            return 0
+
+        be._cb = cb = LAUNCH(launch)  # type: ignore[attr-defined]  # kept alive with the backend
+        addr = ctypes.cast(cb, ctypes.c_void_p).value or 0
+        n = ck.config.num_hidden_layers
+        rt = Runtime(0, addr, 0, 0, tuple(EARLY + i for i in range(n)), STREAM, None, 0, None)
+        be.decoder.native_layer = NativeLayer(be.core, be.misses.experts, None, rt, be.pool.n_static)
+    return be, emu
+
+
+def test_without_the_lane_the_native_call_serves_the_early_launch(tiny_ck: Checkpoint,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """No lane: the call raises the layer's CPU flag and launches the layer after next (run_early), as the Python
+    path's early launch does; the same logits bit for bit, every layer through the call, the graphs run in order."""
+    tokens = LANE_TOKENS[:4]
+    plain, emu_py = early_backend(tiny_ck, monkeypatch, native=False)
+    want = torch.stack([plain.forward([t]) for t in tokens])
+    be, emu = early_backend(tiny_ck, monkeypatch, native=True)
+    got = torch.stack([be.forward([t]) for t in tokens])
+    assert torch.equal(got, want)
+    n = tiny_ck.config.num_hidden_layers
+    assert be.decoder.native_layers == len(tokens) * n and plain.decoder.native_layers == 0
+    assert emu.ran == emu_py.ran and emu.ran[: n] == list(range(1, n + 1)) and not emu.held
+    assert be.decoder.stats.hits == plain.decoder.stats.hits and be.decoder.late_steps == 0
+    # with the early launch off (after late steps), the early-mode call is not used: the Python path's plain launch
+    be.decoder.early_launch = plain.decoder.early_launch = False
+    before = be.decoder.native_layers
+    assert torch.equal(be.forward([tokens[0]]), plain.forward([tokens[0]]))
+    assert be.decoder.native_layers == before
