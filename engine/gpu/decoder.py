@@ -223,26 +223,18 @@ class Decoder:
                     queued = True
                     # the next graph is queued: what follows runs while the GPU computes it
                     nat.learn(layer, j)
+                    nat.account(j, st)
                     self.native_layers += 1
-                    nh, ns, m = int(j.hits), int(j.static_hits), int(j.lane_n)
+                    nh, ns = int(j.hits), int(j.static_hits)
                     hits += nh
                     ids = c.np_route[layer][:k].tolist()
                     done = (layer, ids, {})
                     kinds[layer] = (ns, nh - ns, k - nh)
                     if routing is not None:
                         routing[layer] = ids
-                    decide, issue, lane_wait = 1e-6 * j.decide_us, 1e-6 * j.issue_us, 1e-6 * j.lane_wait_us
-                    st.launch += tl1 - tl0 + 1e-6 * j.launch_us
-                    st.gpu_wait += 1e-6 * j.wait_us
-                    st.cpu += 1e-6 * j.cpu_us
+                    st.launch += tl1 - tl0
                     st.adm_after += tl2 - tl1
                     st.admission += tl2 - tl1
-                    if m:
-                        st.lane_decide += decide
-                        st.lane_start += decide + issue
-                        st.lane_wait += lane_wait
-                        st.lane += decide + issue + lane_wait
-                        st.lane_experts += m
                     continue
                 self._wait(layer, step)
                 tl3 = time.perf_counter()

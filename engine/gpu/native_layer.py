@@ -205,3 +205,19 @@ class NativeLayer:
                 lane.kernel_ms += kern
                 lane.timed += m
                 rates.observe_lane(m, copy + kern)
+
+    @staticmethod
+    def account(j: Any, st: Any) -> None:
+        """The call's phases into the step's statistics (StepStats), as the Python path times them: the wait for the
+        routing, the CPU's experts, the next launch, and with the lane its decision, queueing and wait."""
+        st.gpu_wait += 1e-6 * j.wait_us
+        st.cpu += 1e-6 * j.cpu_us
+        st.launch += 1e-6 * j.launch_us
+        m = int(j.lane_n)
+        if m:
+            decide, issue, wait = 1e-6 * j.decide_us, 1e-6 * j.issue_us, 1e-6 * j.lane_wait_us
+            st.lane_decide += decide
+            st.lane_start += decide + issue
+            st.lane_wait += wait
+            st.lane += decide + issue + wait
+            st.lane_experts += m
