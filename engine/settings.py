@@ -89,6 +89,10 @@ class EngineSettings:
     # time; the interpreter's tests show the Python path's bits): `FLAG=decode_native_layer bash
     # bench/device/lane_flag_ab.sh`
     decode_native_layer: bool = False
+    # with decode_native_layer beside the lane: the next layer's graph queued at the start of a layer's call, behind
+    # cuStreamWaitValue32 on the layer's CPU flag (the GPU's front-end waits, no kernel polls), so it starts without
+    # the host's launch after the CPU's work. Off until measured: bench/gpu/wait_value_probe.py first
+    decode_front_end_wait: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh
     prefill_weight: float = 16.0  # prompt routing counts as this many generated tokens
@@ -160,7 +164,8 @@ class EngineSettings:
         if type(self.early_poll_ns) is not int or not 0 <= self.early_poll_ns <= 100_000:
             raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
         for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split", "decode_lane_beside",
-                     "decode_lane_native", "decode_lane_pull", "decode_native_layer"):
+                     "decode_lane_native", "decode_lane_pull", "decode_native_layer",
+                     "decode_front_end_wait"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):

@@ -460,7 +460,8 @@ class NativeKernel:
             self._check(rc, "lane_layer")
         if rc > 0:
             what = {-2: "a lane launch or event record", -3: "cudaStreamQuery of the lane", -4: "the next launch",
-                    -5: "the lane's first event record"}.get(int(job.failed), f"cudaMemcpy2DAsync (copy {job.failed})")
+                    -5: "the lane's first event record", -6: "cuStreamWaitValue32 (the next graph's wait)"
+                    }.get(int(job.failed), f"cudaMemcpy2DAsync (copy {job.failed})")
             raise KernelError(f"lane_layer: {what} failed with CUDA error {rc}")
 
     def rope_bf16(self, x: int, rows: int, d: int, cos: int, sin: int) -> None:

@@ -254,6 +254,9 @@ int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec
    the rest with neural_moe_token into out (zeros if none), wait until query(lane_stream) (cudaStreamQuery) is no
    longer 600 (cudaErrorNotReady), add lane_out [hidden], store step in *done_flag unless it is NULL (the early
    launch: the next layer's graph waits for it), then launch(next_exec, next_stream) unless next_exec is NULL.
+   With wait_value (cuStreamWaitValue32's signature) and next_exec set, the next graph is queued at the call's start
+   behind wait_value(next_stream, wait_addr, step, EQ), wait_addr being done_flag's device address: the GPU's
+   front-end starts it once the flag is stored, with no launch after the CPU's work (failed -6: that wait).
    With beside set the CPU's misses start on the worker threads (neural_moe_token_begin) before the lane is queued
    and this thread joins them after (neural_moe_token_end; cpu_us is then their span), the same bits.
    Returns NEURAL_ETIMEOUT after timeout_us without the flag; a runtime call's error (> 0) with failed set: the
@@ -276,6 +279,8 @@ typedef struct neural_lane_layer_job {
     int32_t *lane_route;
     const float *lane_out;
     int32_t *done_flag;
+    void *wait_value;
+    uint64_t wait_addr;
     /* results */
     int32_t hits, static_hits, misses, lane_n, probed, timed_use, failed;
     int32_t lane_ids[8];

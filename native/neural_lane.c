@@ -91,6 +91,8 @@ int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec
 #define CUDA_NOT_READY 600 /* cudaErrorNotReady */
 
 typedef int (*query_fn)(void *handle);
+typedef int (*wait_value_fn)(void *stream, uint64_t addr, uint32_t value, unsigned flags);
+#define WAIT_VALUE_EQ 1 /* CU_STREAM_WAIT_VALUE_EQ */
 typedef int (*record_fn)(void *event, void *stream);
 
 static int32_t load_acquire32(const int32_t *p) {
@@ -132,10 +134,27 @@ int neural_lane_layer(neural_lane_layer_job *j) {
     if (j->lane_most && (!j->copy2d || !j->launch || !j->query || !j->lane_exec || !j->lane_route ||
                          !j->lane_out || !j->lane_slots || !j->parts || j->bt < j->lane_most))
         return NEURAL_EINVAL;
+    if (j->wait_value && j->next_exec && !j->done_flag) return NEURAL_EINVAL;
     j->failed = -1;
     j->hits = j->static_hits = j->misses = j->lane_n = j->probed = j->timed_use = 0;
     j->decide_us = j->issue_us = j->cpu_us = j->lane_wait_us = j->launch_us = 0.0;
     double t0 = now_us(), t;
+    int queued = 0;
+    if (j->wait_value && j->next_exec) { /* the next graph now, behind the front-end's wait for this layer's flag */
+        int rc = ((wait_value_fn)j->wait_value)(j->next_stream, j->wait_addr, (uint32_t)j->step, WAIT_VALUE_EQ);
+        if (rc) {
+            j->failed = -6;
+            return rc;
+        }
+        if ((rc = ((launch_fn)j->launch)(j->next_exec, j->next_stream)) != 0) {
+            j->failed = -4;
+            return rc;
+        }
+        queued = 1;
+        t = now_us();
+        j->launch_us = t - t0;
+        t0 = t;
+    }
     unsigned spins = 0;
     while (load_acquire32(j->flag) != j->step) {
         cpu_relax();
@@ -240,7 +259,7 @@ int neural_lane_layer(neural_lane_layer_job *j) {
         t0 = t;
     }
     if (j->done_flag) store_release32(j->done_flag, j->step); /* the early-launched next layer goes on */
-    if (j->next_exec) {
+    if (j->next_exec && !queued) {
         int rc = ((launch_fn)j->launch)(j->next_exec, j->next_stream);
         if (rc) {
             j->failed = -4;

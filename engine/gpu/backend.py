@@ -198,7 +198,7 @@ class GpuBackend:
         lane = self.decoder.lane
         experts = getattr(self.misses, "experts", None)
         if lane is not None:
-            rt = runtime_for(self.core, lane) if lane.native is not None else None
+            rt = runtime_for(self.core, lane, self.settings.decode_front_end_wait) if lane.native is not None else None
         else:
             rt = early_runtime_for(self.core) if self.decoder.early_launch else None
         if rt is None or experts is None:

@@ -142,6 +142,23 @@ def runtime() -> CudaRuntime | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def wait_value_address() -> int:
+    """The driver's cuStreamWaitValue32 (its _v2 where the driver has it), or 0: a stream waits in the GPU's
+    front-end until a 32-bit word in (pinned, mapped) memory holds a value, with no kernel polling it. The driver
+    library is the one the runtime already loaded."""
+    names = ["libcuda.so.1"] if sys.platform.startswith("linux") else ["nvcuda.dll"] if sys.platform == "win32" else []
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        fn = getattr(lib, "cuStreamWaitValue32_v2", None) or getattr(lib, "cuStreamWaitValue32", None)
+        if fn is not None:
+            return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+    return 0
+
+
 class GraphLauncher:
     """The layer and tail graphs launched by ``cudaGraphLaunch`` on the thread's current stream,
     without ``CUDAGraph.replay()``'s generator prologue (see the module docstring). The graphs

@@ -318,7 +318,7 @@ class Decoder:
             if not early and not queued:
                 c.run_tail()
         except BaseException:
-            if early:  # graphs already launched wait for flags that will not come: release them
+            if early or (nat is not None and nat.front_end):  # graphs queued behind flags that will not come
                 c.np_cpu_done[:] = step
             raise
         finally:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from . import cudart
 from .copy_lane import MAX_PITCH, TIME_EVERY, CopyLane
 from .lane_split import PROBE_FIRST, PROBE_LAST
 
@@ -44,11 +45,14 @@ class Runtime:
     lane_stream: int
     events: tuple[tuple[int, int, int], tuple[int, int, int]] | None  # per parity: start, copies done, end
     current_stream: Callable[[], int] | None = None  # the thread's stream, where GraphLauncher launches
+    wait_value: int = 0  # cuStreamWaitValue32, for the front-end wait (decode_front_end_wait); 0 = none
+    cpu_done_dev: int = 0  # the device address of GpuCore.np_cpu_done[0] (the flags it waits on)
 
 
-def runtime_for(core: Any, lane: CopyLane) -> Runtime | None:
+def runtime_for(core: Any, lane: CopyLane, front_end: bool = False) -> Runtime | None:
     """The CUDA handles for ``core`` and ``lane``, or None where something is missing (no bare launches, no lane
-    graphs, a runtime without the query or record)."""
+    graphs, a runtime without the query or record). ``front_end``: with the driver's cuStreamWaitValue32 too (left
+    out where the driver lacks it)."""
     rt, launcher = lane._rt, getattr(core, "_launcher", None)
     if rt is None or launcher is None or lane.stream is None or not lane._execs or lane.pull or lane.split_units:
         return None
@@ -61,15 +65,15 @@ def runtime_for(core: Any, lane: CopyLane) -> Runtime | None:
             ev.record(lane.stream)
     lane.stream.synchronize()
     events = tuple(tuple(int(ev.cuda_event) for ev in lane._spare[p]) for p in (0, 1))
+    wait = cudart.wait_value_address() if front_end else 0
+    done = rt.device_pointer(core.np_cpu_done.ctypes.data) if wait else 0
     return Runtime(copy, launch, query, record, tuple(launcher._execs), int(launcher._stream()),
                    (lane._execs[0], lane._execs[1]), int(lane.stream.cuda_stream), events,  # type: ignore[arg-type]
-                   launcher._stream)
+                   launcher._stream, wait, done)
 
 
 def early_runtime_for(core: Any) -> Runtime | None:
     """The handles for the early launch without a lane (GpuCore.run_early's graphs), or None."""
-    from . import cudart
-
     rt, launcher = cudart.runtime(), getattr(core, "_early_launcher", None)
     if rt is None or launcher is None:
         return None
@@ -87,6 +91,9 @@ class NativeLayer:
         graph of the layer after next (GpuCore.run_early), as the Python path does."""
         self.core, self.experts, self.lane, self.rt = core, experts, lane, rt
         self.early = lane is None
+        # beside the lane, the next graph queued behind a stream wait on this layer's CPU flag (decode_front_end_wait):
+        # a step that stops half-way must raise the flags it left, as the early launch's does
+        self.front_end = lane is not None and bool(rt.wait_value)
         self.n_static = n_static
         self.kernel = experts.kernel
         self.ffi = self.kernel.ffi
@@ -131,6 +138,9 @@ class NativeLayer:
         j.query, j.record = ffi.cast("void *", rt.query), ffi.cast("void *", rt.record)
         j.lane_stream, j.lane_exec = ffi.cast("void *", rt.lane_stream), ffi.cast("void *", rt.lane_execs[p])
         j.next_exec = ffi.cast("void *", rt.layer_execs[layer + 1])
+        if rt.wait_value:  # the next graph queued at the call's start, behind the front-end's wait for this flag
+            j.done_flag = ffi.cast("int32_t *", c.np_cpu_done.ctypes.data + 4 * layer)
+            j.wait_value, j.wait_addr = ffi.cast("void *", rt.wait_value), rt.cpu_done_dev + 4 * layer
         if rt.events is not None:
             for i in range(3):
                 j.events[i] = ffi.cast("void *", rt.events[p][i])

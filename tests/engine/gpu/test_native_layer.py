@@ -283,3 +283,90 @@ def test_without_the_lane_the_native_call_serves_the_early_launch(tiny_ck: Check
     before = be.decoder.native_layers
     assert torch.equal(be.forward([tokens[0]]), plain.forward([tokens[0]]))
     assert be.decoder.native_layers == before
+
+
+WAIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint)
+
+
+class FrontEnd:
+    """cuStreamWaitValue32 played on the host: a launch on the waiting stream after a wait is held until the word at
+    its address holds the value (then it runs, in order); flush() runs what may run (before each native call and each
+    wait of the decoder's, where the GPU would have)."""
+
+    def __init__(self, be: GpuBackend, rt: FakeRuntime) -> None:
+        self.be, self.rt = be, rt
+        self.gate: tuple[int, int] | None = None
+        self.held: list[tuple[int, tuple[int, int]]] = []
+        launch_cb = rt._cbs[1]
+        run_layer = LAUNCH(lambda exe, stream: launch_cb(exe, stream))
+
+        def wait(stream: int, addr: int, value: int, flags: int) -> int:
+            assert int(stream or 0) == STREAM and flags == 1  # EQ, on the compute stream
+            rt.log.append(("wait", value))
+            self.gate = (int(addr), int(value))
+            return 0
+
+        def launch(exe: int, stream: int) -> int:
+            if int(stream or 0) == STREAM and self.gate is not None:
+                self.held.append((int(exe or 0), self.gate))
+                self.gate = None
+                self.flush()
+                return 0
+            return int(run_layer(exe, stream))
+
+        self._cbs = (WAIT(wait), LAUNCH(launch), run_layer)
+        w, ln = (ctypes.cast(f, ctypes.c_void_p).value or 0 for f in self._cbs[:2])
+        r = rt.runtime
+        done = be.core.np_cpu_done.ctypes.data
+        self.runtime = Runtime(r.copy2d, ln, r.query, r.record, r.layer_execs, r.compute_stream, r.lane_execs,
+                               r.lane_stream, r.events, None, w, done)
+
+    def flush(self) -> None:
+        while self.held and ctypes.c_int32.from_address(self.held[0][1][0]).value == self.held[0][1][1]:
+            exe, _ = self.held.pop(0)
+            self.rt.log.append(("released", exe - LAYER))
+            self._cbs[2](exe, STREAM)
+
+
+def front_end_backend(ck: Checkpoint, fail: str = "") -> tuple[GpuBackend, FakeRuntime, FrontEnd]:
+    be, rt = native_backend(ck, 0.1, 0.35, fail)
+    lane = be.decoder.lane
+    assert lane is not None
+    fe = FrontEnd(be, rt)
+    nat = NativeLayer(be.core, be.misses.experts, lane, fe.runtime, be.pool.n_static)
+    assert nat.front_end
+    run = nat.run
+    nat.run = lambda *a: (fe.flush(), run(*a))[1]  # type: ignore[method-assign]
+    wait = be.decoder._wait
+    be.decoder._wait = lambda i, s: (fe.flush(), wait(i, s))[1]  # type: ignore[method-assign]
+    be.decoder.native_layer = nat
+    return be, rt, fe
+
+
+def test_the_next_graph_queued_behind_the_front_ends_wait(tiny_ck: Checkpoint) -> None:
+    """decode_front_end_wait: each call queues the next graph at its start behind a wait on its CPU flag; the graph
+    runs once the flag is stored, after the CPU's and the lane's work: the same logits bit for bit."""
+    tokens = LANE_TOKENS[:3]
+    be0, _ = native_backend(tiny_ck, 0.1, 0.35)
+    want = torch.stack([be0.forward([t]) for t in tokens])
+    be, rt, fe = front_end_backend(tiny_ck)
+    got = torch.stack([be.forward([t]) for t in tokens])
+    assert torch.equal(got, want)
+    n = tiny_ck.config.num_hidden_layers
+    assert be.decoder.native_layers == len(tokens) * n and not fe.held
+    first = rt.log.index(("wait", 1))  # step 1, layer 0: the wait and the held launch, then the lane, then release
+    kinds = [k for k, _ in rt.log[first:] if k != "copy"]
+    assert kinds[:4] == ["wait", "lane", "query", "released"]  # held through the CPU's and the lane's work
+    assert [x for k, x in rt.log if k == "released"][: n] == list(range(1, n + 1))
+
+
+def test_a_step_that_fails_releases_the_queued_graphs(tiny_ck: Checkpoint) -> None:
+    from native.kernel import KernelError
+
+    be, _, fe = front_end_backend(tiny_ck, fail="copy")
+    with pytest.raises(KernelError, match="cudaMemcpy2DAsync"):
+        be.forward([LANE_TOKENS[0]])
+    step = int(be.core.np_ctrl[1])
+    assert (be.core.np_cpu_done == step).all()  # what a graph queued behind a flag waits for
+    fe.flush()
+    assert not fe.held
