@@ -18,6 +18,7 @@ early-launched next layer waits on, the launch of the layer after it. Setting: `
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from . import cudart
 from .copy_lane import MAX_PITCH, TIME_EVERY, CopyLane
 from .lane_split import PROBE_FIRST, PROBE_LAST
 
+log = logging.getLogger(__name__)
 TIMEOUT_S = 30.0  # as decoder.SPIN_TIMEOUT_S: a GPU that never publishes the routing
 
 
@@ -66,7 +68,15 @@ def runtime_for(core: Any, lane: CopyLane, front_end: bool = False) -> Runtime |
     lane.stream.synchronize()
     events = tuple(tuple(int(ev.cuda_event) for ev in lane._spare[p]) for p in (0, 1))
     wait = cudart.wait_value_address() if front_end else 0
-    done = rt.device_pointer(core.np_cpu_done.ctypes.data) if wait else 0
+    done = 0
+    if wait:
+        try:
+            done = rt.device_pointer(core.np_cpu_done.ctypes.data)
+        except RuntimeError as exc:  # flags the GPU cannot address: the plain launch after the CPU's work
+            log.warning("decode front-end wait off: %s", exc)
+            wait = 0
+    elif front_end:
+        log.warning("decode front-end wait off: the driver has no cuStreamWaitValue32")
     return Runtime(copy, launch, query, record, tuple(launcher._execs), int(launcher._stream()),
                    (lane._execs[0], lane._execs[1]), int(lane.stream.cuda_stream), events,  # type: ignore[arg-type]
                    launcher._stream, wait, done)
