@@ -192,6 +192,13 @@ class CopyLane:
             self._parts[layer] = got
         return got
 
+    def parts_array(self, layer: int) -> np.ndarray:
+        """:meth:`_layer_parts` as the int64 [parts, 3] array native/neural_lane.c reads (built once a layer)."""
+        parts = self._parts_np.get(layer)
+        if parts is None:
+            parts = self._parts_np[layer] = np.asarray(self._layer_parts(layer), dtype=np.int64)
+        return parts
+
     def _queue_copies(self, layer: int, experts: Sequence[int], slots: Sequence[int]) -> None:
         """Queue the copies of ``experts`` of ``layer`` into ``slots`` on the lane's stream (at once without CUDA):
         runtime calls where the runtime library is found, else the prompt path's planned copies. Two experts bound
@@ -290,9 +297,7 @@ class CopyLane:
         m = len(experts)
         self.experts += m
         self.uses += 1
-        parts = self._parts_np.get(layer)
-        if parts is None:
-            parts = self._parts_np[layer] = np.asarray(self._layer_parts(layer), dtype=np.int64)
+        parts = self.parts_array(layer)
         copy, launch = self._rt.addresses  # type: ignore[union-attr]  # start() checked
         stream = self.stream
         timed = stream is not None and (self.uses % TIME_EVERY == 0 or self.rates.probed)
@@ -310,6 +315,15 @@ class CopyLane:
             return
         self._launch(p, stream, timed)
 
+    def observe_timed(self, events: Sequence[Any], m: float) -> None:
+        """A timed use's completed events (start, copies done, end) for ``m`` experts' worth: the GPU-timed totals
+        and the split's lane rate."""
+        copy, kern = events[0].elapsed_time(events[1]), events[1].elapsed_time(events[2])
+        self.copy_ms += copy
+        self.kernel_ms += kern
+        self.timed += m
+        self.rates.observe_lane(m, copy + kern)
+
     def finish(self, layer: int, m: float, out: np.ndarray) -> None:
         """Wait for the layer's lane work (``m`` experts' worth, a split expert's part counted by its units) and
         add its result to the CPU's ``out``."""
@@ -318,11 +332,7 @@ class CopyLane:
         if ev is not None:
             while not ev[2].query():
                 pass
-            copy, kern = ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])
-            self.copy_ms += copy
-            self.kernel_ms += kern
-            self.timed += m
-            self.rates.observe_lane(m, copy + kern)
+            self.observe_timed(ev, m)
             self._events[p] = None
         elif self.stream is not None:
             while not self.stream.query():  # the stream holds only this layer's lane work

@@ -135,27 +135,34 @@ class SplitRates:
         m, units, _ = best_units(k, width, free, self.cpu_fixed_ms, self.cpu_ms, self.lane_ms, inter)
         if not units:
             m = self._probe(m)
-        else:
-            self.probed = False
-            self.idle, self.every = 0, PROBE_FIRST
+        else:  # part of one more miss goes down the lane: a use
+            self.record(m + 1, False)
         self.chosen[min(m + (units > 0), 2)] += 1
         if units:
             self.split_layers += 1
         return m, units
 
-    def _probe(self, m: int) -> int:
-        """``m``, or 1 where the lane has gone unused long enough that its rate needs measuring again."""
-        self.probed = False
-        if m:
+    def would_probe(self) -> bool:
+        """Whether a layer whose split sends nothing down the lane sends one miss instead, as a probe: the lane has
+        gone unused long enough that its rate may be stale (native_layer.py asks before its call decides)."""
+        return not self.frozen and self.idle + 1 >= self.every
+
+    def record(self, m: int, probed: bool) -> None:
+        """The probe state after a layer sent ``m`` misses down the lane (1 for a probe)."""
+        self.probed = probed
+        if probed:  # the next probe waits twice as long
+            self.idle, self.every = 0, min(2 * self.every, PROBE_LAST)
+            self.probes += 1
+        elif m:
             self.idle, self.every = 0, PROBE_FIRST
         elif not self.frozen:
             self.idle += 1
-            if self.idle >= self.every:  # the lane's rate may be stale: one miss measures it again
-                self.idle, self.every = 0, min(2 * self.every, PROBE_LAST)
-                self.probes += 1
-                self.probed = True
-                m = 1
-        return m
+
+    def _probe(self, m: int) -> int:
+        """``m``, or 1 where the lane has gone unused long enough that its rate needs measuring again."""
+        probed = not m and self.would_probe()
+        self.record(m, probed)
+        return 1 if probed else m
 
     def report(self) -> dict[str, Any]:
         return {"cpu_ms": round(self.cpu_ms, 4), "lane_ms": round(self.lane_ms, 4), "cpu_fixed_ms": self.cpu_fixed_ms,

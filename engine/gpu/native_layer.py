@@ -27,7 +27,6 @@ import numpy as np
 
 from . import cudart
 from .copy_lane import MAX_PITCH, TIME_EVERY, CopyLane
-from .lane_split import PROBE_FIRST, PROBE_LAST
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30.0  # as decoder.SPIN_TIMEOUT_S: a GPU that never publishes the routing
@@ -155,7 +154,7 @@ class NativeLayer:
             for i in range(3):
                 j.events[i] = ffi.cast("void *", rt.events[p][i])
         j.pool, j.slot_bytes, j.max_pitch = c.pool.data_ptr(), c.plan.slot_bytes, MAX_PITCH
-        parts = np.asarray(lane._layer_parts(layer), dtype=np.int64)
+        parts = lane.parts_array(layer)
         j.parts, j.nparts = self._ptr("int64_t *", parts), parts.shape[0]
         j.lane_slots = self._ptr("int32_t *", lane._slots_np[p])
         j.lane_route = self._ptr("int32_t *", lane.np_route[p])
@@ -189,7 +188,7 @@ class NativeLayer:
             self.ready[layer] = True
         j.lane_most = lane.width if self.ready[layer] else 0
         j.beside = beside
-        j.probe = not rates.frozen and rates.idle + 1 >= rates.every
+        j.probe = rates.would_probe()
         j.timed = (lane.uses + 1) % TIME_EVERY == 0
         j.cpu_ms, j.lane_ms = rates.cpu_ms, rates.lane_ms
         self.kernel.lane_layer(j)
@@ -204,27 +203,15 @@ class NativeLayer:
         n, m = int(j.misses), int(j.lane_n)
         if n and not self.ready[layer]:
             lane.not_ready += 1
-        elif n:  # SplitRates.choose and _probe, as the native call chose
-            rates.probed = bool(j.probed)
-            if rates.probed:
-                rates.idle, rates.every = 0, min(2 * rates.every, PROBE_LAST)
-                rates.probes += 1
-            elif m:
-                rates.idle, rates.every = 0, PROBE_FIRST
-            elif not rates.frozen:
-                rates.idle += 1
+        elif n:  # SplitRates.choose's bookkeeping, as the native call chose
+            rates.record(m, bool(j.probed))
             rates.chosen[min(m, 2)] += 1
         rates.observe_cpu(n - m, float(j.cpu_us) * 1e-6)
         if m:
             lane.experts += m
             lane.uses += 1
             if j.timed_use and lane._spare:  # the events (CUDA only)
-                t0, tc, t1 = lane._spare[layer % 2]
-                copy, kern = t0.elapsed_time(tc), tc.elapsed_time(t1)
-                lane.copy_ms += copy
-                lane.kernel_ms += kern
-                lane.timed += m
-                rates.observe_lane(m, copy + kern)
+                lane.observe_timed(lane._spare[layer % 2], m)
 
     @staticmethod
     def account(j: Any, st: Any) -> None:
