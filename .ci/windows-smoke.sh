@@ -36,6 +36,9 @@ for tool in wine wineserver x86_64-w64-mingw32-gcc unzip; do
   command -v "$tool" >/dev/null || { echo "windows-smoke: $tool missing (apt-get install wine wine64 gcc-mingw-w64-x86-64 unzip)"; exit 1; }
 done
 wine --version
+# free disk, printed so a full disk reads as one (the job needs ~7 GB: scratch, snapshot, installer)
+free_mb() { df -Pm "$1" | awk 'NR==2 {print $4}'; }
+echo "free disk: $(free_mb /tmp) MB under /tmp, $(free_mb "$HOME") MB under $HOME"
 
 CACHE=${NEURAL_WINE_CACHE:-$HOME/.cache/neural-wine}
 mkdir -p "$CACHE/win-wheels" "$CACHE/dl" 2>/dev/null && [ -w "$CACHE/win-wheels" ] || CACHE=$(mktemp -d /tmp/neural-wine-cache.XXXX)
@@ -89,7 +92,11 @@ install_env() {
     "${PINS[@]}" -r win-deps.txt)
   wineserver -k >/dev/null 2>&1 || true; wineserver -w  # registry flushed to the prefix before the snapshot
   step "snapshot of the installed environment into the cache"
-  if tar cf "$SNAP.tmp" -C "$WORK" python prefix 2>/dev/null && mv "$SNAP.tmp" "$SNAP"; then
+  # the snapshot (~1.9 GB) only saves time on a later run; it is skipped where it would leave the
+  # rest of this job (~3 GB: the bundle, the installer) short of disk
+  if [ "$(free_mb "$CACHE")" -lt 6000 ]; then
+    echo "only $(free_mb "$CACHE") MB free under $CACHE: no snapshot (the next run installs again)"
+  elif tar cf "$SNAP.tmp" -C "$WORK" python prefix 2>/dev/null && mv "$SNAP.tmp" "$SNAP"; then
     find "$CACHE" -maxdepth 1 -name 'env-*.tar' ! -name "env-$KEY.tar" -delete  # one snapshot kept
     echo "$SNAP: $(du -sh "$SNAP" | cut -f1)"
   else
@@ -195,6 +202,7 @@ step "PyInstaller Windows bundle (one folder, triton-windows in) under Wine"
   installer/neural.spec)
 BUNDLE="$SRC/dist/neural"
 echo "bundle: $(du -sh "$BUNDLE" | cut -f1), triton $(du -sh "$BUNDLE/_internal/triton" | cut -f1)"
+rm -rf "$SRC/build"  # PyInstaller's work folder: not part of the bundle
 
 step "bundle contents: triton-windows, its TinyCC and CUDA pieces, Python's headers and import library, kernel sources"
 missing=0
@@ -220,6 +228,10 @@ step "bundle: --self-test"
 
 step "Windows installer from the Windows bundle (makensis, stored)"
 if command -v makensis >/dev/null; then
+  # a stored installer is the bundle's size; say so plainly rather than as makensis's "can't write"
+  need=$(( $(du -sm "$BUNDLE" | cut -f1) + 256 ))
+  echo "installer needs ~$need MB; free under $WORK: $(free_mb "$WORK") MB"
+  [ "$(free_mb "$WORK")" -ge "$need" ] || { echo "windows-smoke: disk full: $(free_mb "$WORK") MB free, ~$need MB needed for the installer" >&2; exit 1; }
   (cd "$ROOT" && makensis -NOCD -V2 -DBUNDLE_DIR="$BUNDLE" -DOUT_FILE="$WORK/Neural-Setup-win-ci.exe" \
     -DCOMPRESSOR=none installer/neural.nsi)
   ls -l "$WORK/Neural-Setup-win-ci.exe"
