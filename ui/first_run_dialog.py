@@ -23,7 +23,7 @@ class FirstRunDialog(QDialog):
             "<h3>Welcome to Neural</h3>"
             "<p>Neural runs OpenAI's <b>gpt-oss-120b</b> (or gpt-oss-20b) on this PC: the GPU holds the hottest "
             "experts, the CPU computes the rest from RAM.</p>"
-            "<p><b>No model is configured yet, so the demo model is loading.</b> You can:</p><ul>"
+            "<p><b>No model is configured yet, so Neural starts with the bundled demo model.</b> You can:</p><ul>"
             "<li><b>Continue with the demo model</b> — a tiny model with the gpt-oss architecture, bundled "
             "with the app. "
             "It is <i>not</i> gpt-oss: its answers are short and often wrong, but every part of the app works "
