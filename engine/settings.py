@@ -81,6 +81,12 @@ class EngineSettings:
     # Off: session 25 (H200, calibrated, A B B A x3) read 78.96 tok/s with it against 82.47 without (0.957x), the
     # queueing barely shorter (0.86-1.41 against 1.31-1.91 ms a token) and the lane slower (0.36-0.39 ms an expert)
     decode_lane_pull: bool = False
+    # with the copy lane queued natively: a layer's copies (six parts an expert) in one cudaMemcpyBatchAsync (CUDA
+    # 12.8+) instead of one cudaMemcpy2DAsync per part, the same bytes into the same slots; lane_start is what the
+    # runtime calls cost once Python is gone (six copies 26-54 us a layer warm, session 25). Off until measured on
+    # the GPU (session 27, no device time): bench/gpu/zero_copy_probe.py times both, then
+    # `FLAG=decode_lane_batch bash bench/device/lane_flag_ab.sh`
+    decode_lane_batch: bool = False
     # with the copy lane (queued natively, plain launches): a decode layer's host work from its routing flag to the
     # next graph's launch (the split, the lane's queueing, the CPU's misses, the wait for the lane, the launch) in one
     # native call (engine/gpu/native_layer.py), not Python run on caches the CPU experts have just flushed; layers
@@ -164,7 +170,7 @@ class EngineSettings:
         if type(self.early_poll_ns) is not int or not 0 <= self.early_poll_ns <= 100_000:
             raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
         for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split", "decode_lane_beside",
-                     "decode_lane_native", "decode_lane_pull", "decode_native_layer",
+                     "decode_lane_native", "decode_lane_pull", "decode_lane_batch", "decode_native_layer",
                      "decode_front_end_wait"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")

@@ -82,12 +82,12 @@ int neural_decode_attn(const neural_decode_layer *L, uint16_t *x, const uint16_t
                        uint16_t *router_out);
 int neural_decode_moe(const neural_shape *s, const neural_expert *const *table, int n_experts, const int64_t *idx,
                       const uint16_t *w, int k, const uint16_t *t, uint16_t *x);
-int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec, uint64_t pool, int64_t slot_bytes,
-                      int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots, int32_t *route,
-                      int bt, const int32_t *experts, const float *weights, int m, int32_t *failed);
+int neural_lane_issue(void *copy2d, int copy_abi, void *launch, void *stream, void *graph_exec, uint64_t pool,
+                      int64_t slot_bytes, int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots,
+                      int32_t *route, int bt, const int32_t *experts, const float *weights, int m, int32_t *failed);
 typedef struct neural_lane_layer_job {
     const int32_t *flag;
-    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts, beside;
+    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts, beside, copy_abi;
     const int32_t *route;
     double timeout_us, fixed_ms, cpu_ms, lane_ms;
     const neural_shape *shape;

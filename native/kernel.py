@@ -418,12 +418,15 @@ class NativeKernel:
 
     def lane_issue(self, copy2d: int, launch: int, stream: int, graph_exec: int, pool: int, slot_bytes: int,
                    max_pitch: int, parts: np.ndarray, slots: np.ndarray, route: np.ndarray, experts: Sequence[int],
-                   weights: Sequence[float]) -> None:
+                   weights: Sequence[float], copy_abi: int = 0) -> None:
         """neural_lane_issue: one copy-lane layer's routing rows written into ``route`` (int32 [3 * bt]), its copies
-        queued through the runtime function at address ``copy2d`` (cudaMemcpy2DAsync) on ``stream``, and the graph
+        queued through the runtime function at address ``copy2d`` (cudaMemcpy2DAsync; with ``copy_abi`` 12 or 13,
+        cudaMemcpyBatchAsync as CUDA 12.8-12.9 or 13 declare it, every copy in one call) on ``stream``, and the graph
         ``graph_exec`` launched through ``launch`` (cudaGraphLaunch) unless it is 0. ``parts``: int64 [n, 3] (address
         of expert 0's bytes, bytes per expert, offset in a slot); ``slots``: int32, at least one per expert. A runtime
         error raises KernelError naming the call."""
+        if copy_abi not in (0, 12, 13):
+            raise ValueError(f"copy_abi must be 0 (cudaMemcpy2DAsync), 12 or 13 (cudaMemcpyBatchAsync), got {copy_abi}")
         m = len(experts)
         if not 1 <= m <= 8 or len(weights) != m or slots.shape[0] < m:
             raise ValueError(f"1..8 experts with as many weights and slots, got {m}, {len(weights)}, {slots.shape[0]}")
@@ -434,14 +437,16 @@ class NativeKernel:
         cast, new = self.ffi.cast, self.ffi.new
         failed = new("int32_t *")
         rc = self.lib.neural_lane_issue(
-            cast("void *", copy2d), cast("void *", launch), cast("void *", stream), cast("void *", graph_exec), pool,
-            slot_bytes, max_pitch, cast("const int64_t *", parts.ctypes.data), parts.shape[0],
+            cast("void *", copy2d), copy_abi, cast("void *", launch), cast("void *", stream),
+            cast("void *", graph_exec), pool, slot_bytes, max_pitch, cast("const int64_t *", parts.ctypes.data),
+            parts.shape[0],
             cast("const int32_t *", slots.ctypes.data), cast("int32_t *", route.ctypes.data), route.shape[0] // 3,
             new("int32_t[]", list(experts)), new("float[]", list(weights)), m, failed)
         if rc < 0:  # the kernel's own codes
             self._check(rc, "lane_issue")
         if rc > 0:  # the runtime's
-            what = "cudaGraphLaunch" if failed[0] == -2 else f"cudaMemcpy2DAsync (copy {failed[0]})"
+            what = {-2: "cudaGraphLaunch", -7: "cudaMemcpyBatchAsync"}.get(int(failed[0]),
+                                                                          f"cudaMemcpy2DAsync (copy {failed[0]})")
             raise KernelError(f"lane_issue: {what} failed with CUDA error {rc}")
 
     def lane_layer_job(self) -> Any:
@@ -460,7 +465,8 @@ class NativeKernel:
             self._check(rc, "lane_layer")
         if rc > 0:
             what = {-2: "a lane launch or event record", -3: "cudaStreamQuery of the lane", -4: "the next launch",
-                    -5: "the lane's first event record", -6: "cuStreamWaitValue32 (the next graph's wait)"
+                    -5: "the lane's first event record", -6: "cuStreamWaitValue32 (the next graph's wait)",
+                    -7: "cudaMemcpyBatchAsync (the lane's copies)"
                     }.get(int(job.failed), f"cudaMemcpy2DAsync (copy {job.failed})")
             raise KernelError(f"lane_layer: {what} failed with CUDA error {rc}")
 

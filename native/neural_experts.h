@@ -242,15 +242,18 @@ int neural_decode_moe(const neural_shape *s, const neural_expert *const *table, 
    bound for adjacent slots, their source rows d * size apart, d * size <= max_pitch) one copy2d per part p of
    parts[3p..3p+2] = (address of expert 0's bytes, bytes per expert, offset in a slot) into pool + slot * slot_bytes,
    on stream, through copy2d (cudaMemcpy2DAsync's signature, host to device); then launch(graph_exec, stream) unless
-   graph_exec is NULL. A failing runtime call's error code (> 0) is returned and *failed set to the copy's index,
-   or to -2 for the launch. */
-int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec, uint64_t pool, int64_t slot_bytes,
-                      int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots, int32_t *route,
-                      int bt, const int32_t *experts, const float *weights, int m, int32_t *failed);
+   graph_exec is NULL. copy_abi 12 or 13: copy2d is instead cudaMemcpyBatchAsync as CUDA 12.8-12.9 or 13 declare
+   it, and every part of every expert goes in one call (1-D copies, stream order; nparts <= 8). A failing runtime
+   call's error code (> 0) is returned and *failed set to the copy's index, -7 for the batch, or -2 for the
+   launch. */
+int neural_lane_issue(void *copy2d, int copy_abi, void *launch, void *stream, void *graph_exec, uint64_t pool,
+                      int64_t slot_bytes, int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots,
+                      int32_t *route, int bt, const int32_t *experts, const float *weights, int m, int32_t *failed);
 /* A decode layer's miss path (neural_lane.c): wait until *flag == step (the GPU has published route), split the
    routing [ids | weight bits | slots, -1 = not resident] of k entries (blocks of bt) into hits and misses, give the
    last m misses to the copy lane (m from best_split on the rates, at most lane_most; 1 where it picks 0 and probe is
-   set), queue them (neural_lane_issue, between events[0..2] recorded through record when timed or probed), compute
+   set), queue them (neural_lane_issue with copy2d and copy_abi, between events[0..2] recorded through record when
+   timed or probed), compute
    the rest with neural_moe_token into out (zeros if none), wait until query(lane_stream) (cudaStreamQuery) is no
    longer 600 (cudaErrorNotReady), add lane_out [hidden], store step in *done_flag unless it is NULL (the early
    launch: the next layer's graph waits for it), then launch(next_exec, next_stream) unless next_exec is NULL.
@@ -260,10 +263,11 @@ int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec
    With beside set the CPU's misses start on the worker threads (neural_moe_token_begin) before the lane is queued
    and this thread joins them after (neural_moe_token_end; cpu_us is then their span), the same bits.
    Returns NEURAL_ETIMEOUT after timeout_us without the flag; a runtime call's error (> 0) with failed set: the
-   copy's index, -2 a lane launch or record, -3 the lane's query, -4 the next launch, -5 the first record. */
+   copy's index, -2 a lane launch or record, -3 the lane's query, -4 the next launch, -5 the first record, -7 the
+   batch copy. */
 typedef struct neural_lane_layer_job {
     const int32_t *flag;
-    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts, beside;
+    int32_t step, k, bt, n_static, n_experts, lane_most, probe, timed, nparts, beside, copy_abi;
     const int32_t *route;
     double timeout_us, fixed_ms, cpu_ms, lane_ms;
     const neural_shape *shape;

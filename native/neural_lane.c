@@ -8,7 +8,12 @@
    running on caches the CPU experts had just flushed. This does the same work in C.
 
    Nothing here knows CUDA: the runtime's cudaMemcpy2DAsync and cudaGraphLaunch come in as function pointers with
-   their C signatures (the caller takes them from the runtime library the process already loaded). */
+   their C signatures (the caller takes them from the runtime library the process already loaded).
+
+   copy_abi picks what the copy pointer is: 0 cudaMemcpy2DAsync (one call per part, adjacent experts paired); 12 or
+   13 cudaMemcpyBatchAsync as CUDA 12.8-12.9 or 13 declare it (13 dropped the failIdx argument): every part of every
+   expert in one runtime call, 1-D copies in stream order, so a layer's queueing is one call instead of six or
+   twelve (decode_lane_batch; the runtime's per-call cost is what is left of lane_start once Python is gone). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -19,15 +24,55 @@
 typedef int (*copy2d_fn)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                          int kind, void *stream);
 typedef int (*launch_fn)(void *exec, void *stream);
+/* cudaMemcpyAttributes (driver_types.h, CUDA 12.8+): the source access order, two location hints, flags */
+typedef struct {
+    int src_access_order;
+    int src_loc_type, src_loc_id;
+    int dst_loc_type, dst_loc_id;
+    unsigned flags;
+} memcpy_attributes;
+typedef char memcpy_attributes_is_24_bytes[sizeof(memcpy_attributes) == 24 ? 1 : -1]; /* any C compiler */
+typedef int (*batch12_fn)(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                          memcpy_attributes *attrs, size_t *attrs_idxs, size_t num_attrs, size_t *fail_idx,
+                          void *stream);
+typedef int (*batch13_fn)(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                          memcpy_attributes *attrs, size_t *attrs_idxs, size_t num_attrs, void *stream);
 
 #define HOST_TO_DEVICE 1
 #define LANE_MAX 8
+#define LANE_PARTS_MAX 8
+#define SRC_ACCESS_ORDER_STREAM 1 /* cudaMemcpySrcAccessOrderStream: the source read in stream order */
+#define FAILED_BATCH (-7)
 
-int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec, uint64_t pool, int64_t slot_bytes,
-                      int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots, int32_t *route,
-                      int bt, const int32_t *experts, const float *weights, int m, int32_t *failed) {
+/* every part of the m experts (ascending ids) into their slots in one batch call */
+static int issue_batch(void *fn, int abi, void *stream, uint64_t pool, int64_t slot_bytes, const int64_t *parts,
+                       int nparts, const int32_t *slots, const int32_t *ids, int m, int32_t *failed) {
+    void *dsts[LANE_MAX * LANE_PARTS_MAX];
+    const void *srcs[LANE_MAX * LANE_PARTS_MAX];
+    size_t sizes[LANE_MAX * LANE_PARTS_MAX], n = 0;
+    for (int i = 0; i < m; i++) {
+        uint8_t *dst = (uint8_t *)(uintptr_t)pool + (int64_t)slots[i] * slot_bytes;
+        for (int p = 0; p < nparts; p++, n++) {
+            const int64_t src = parts[3 * p], size = parts[3 * p + 1], off = parts[3 * p + 2];
+            dsts[n] = dst + off;
+            srcs[n] = (const void *)(uintptr_t)(src + (int64_t)ids[i] * size);
+            sizes[n] = (size_t)size;
+        }
+    }
+    memcpy_attributes attr = {SRC_ACCESS_ORDER_STREAM, 0, 0, 0, 0, 0u};
+    size_t first = 0, fail = (size_t)-1;
+    int rc = abi == 12 ? ((batch12_fn)fn)(dsts, srcs, sizes, n, &attr, &first, 1, &fail, stream)
+                       : ((batch13_fn)fn)(dsts, srcs, sizes, n, &attr, &first, 1, stream);
+    if (rc) *failed = FAILED_BATCH;
+    return rc;
+}
+
+int neural_lane_issue(void *copy2d, int copy_abi, void *launch, void *stream, void *graph_exec, uint64_t pool,
+                      int64_t slot_bytes, int64_t max_pitch, const int64_t *parts, int nparts, const int32_t *slots,
+                      int32_t *route, int bt, const int32_t *experts, const float *weights, int m, int32_t *failed) {
     if (!copy2d || !parts || nparts <= 0 || !slots || !route || !experts || !weights || !failed || m < 1 ||
-        m > LANE_MAX || bt < m || slot_bytes <= 0 || max_pitch <= 0 || (graph_exec && !launch))
+        m > LANE_MAX || bt < m || slot_bytes <= 0 || max_pitch <= 0 || (graph_exec && !launch) ||
+        (copy_abi != 0 && copy_abi != 12 && copy_abi != 13) || (copy_abi && nparts > LANE_PARTS_MAX))
         return NEURAL_EINVAL;
     *failed = -1;
     /* ascending ids, their weights with them (adjacent ids pair their copies); insertion sort of <= 8 */
@@ -52,7 +97,11 @@ int neural_lane_issue(void *copy2d, void *launch, void *stream, void *graph_exec
     }
     copy2d_fn copy = (copy2d_fn)copy2d;
     int call = 0;
-    for (int i = 0; i < m;) {
+    if (copy_abi) {
+        int rc = issue_batch(copy2d, copy_abi, stream, pool, slot_bytes, parts, nparts, slots, ids, m, failed);
+        if (rc) return rc;
+    }
+    for (int i = 0; !copy_abi && i < m;) {
         uint8_t *dst = (uint8_t *)(uintptr_t)pool + (int64_t)slots[i] * slot_bytes;
         int64_t d = (i + 1 < m && slots[i + 1] == slots[i] + 1) ? (int64_t)ids[i + 1] - ids[i] : 0;
         int pair = d > 0;
@@ -209,7 +258,7 @@ int neural_lane_layer(neural_lane_layer_job *j) {
         record_fn record = (record_fn)j->record;
         int rc = ev ? record(ev[0], j->lane_stream) : 0;
         if (!rc)
-            rc = neural_lane_issue(j->copy2d, j->launch, j->lane_stream, ev ? NULL : j->lane_exec, j->pool,
+            rc = neural_lane_issue(j->copy2d, j->copy_abi, j->launch, j->lane_stream, ev ? NULL : j->lane_exec, j->pool,
                                    j->slot_bytes, j->max_pitch, j->parts, j->nparts, j->lane_slots, j->lane_route,
                                    bt, ids + c, ws + c, m, &j->failed);
         else

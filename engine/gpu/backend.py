@@ -178,7 +178,7 @@ class GpuBackend:
             lane = CopyLane(self.core, direct,
                             split_units=self.settings.decode_lane_split and self.plan.n_scratch >= 2 * WIDTH + 2,
                             native=native if self.settings.decode_lane_native else None,
-                            pull=self.settings.decode_lane_pull)
+                            pull=self.settings.decode_lane_pull, batch=self.settings.decode_lane_batch)
             lane.capture()
             pays, info = lane.worth_it(self.misses)
         except Exception:  # a failed capture or copy: decode as before

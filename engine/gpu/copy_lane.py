@@ -54,7 +54,7 @@ WIDTH = 2  # the most misses of one layer the lane takes; it holds 2 x WIDTH scr
 
 class CopyLane:
     def __init__(self, core: Any, direct: MappedExperts, width: int = WIDTH, cpu_fixed_ms: float = 0.05,
-                 split_units: bool = False, native: Any = None, pull: bool = False) -> None:
+                 split_units: bool = False, native: Any = None, pull: bool = False, batch: bool = False) -> None:
         plan = core.plan
         need = 2 * width + (2 if split_units else 0)
         if plan.n_scratch < need:
@@ -93,6 +93,13 @@ class CopyLane:
         self._parts_np: dict[int, np.ndarray] = {}
         self._slots_np = [np.asarray(s, dtype=np.int32) for s in self.slots]
         self.native = native if native is not None and hasattr(native, "lane_issue") else None
+        # with ``batch`` (decode_lane_batch) the native queueing issues a layer's copies as one cudaMemcpyBatchAsync
+        # where the runtime has it (CUDA 12.8+), else as before; the same bytes into the same slots either way
+        self.batch = batch
+        if batch and (self.native is None or self._rt is None or not self._rt.batch_copy[0]):
+            log.info("decode lane batch off: %s", "the lane is queued from Python (decode_lane_native off)"
+                     if self.native is None else f"no cudaMemcpyBatchAsync in this CUDA runtime "
+                     f"({getattr(self._rt, 'version', 0)}; it came in 12.8)")
         # with ``pull``, the lane's graph copies the experts itself (kernels/pull.py) from a table of rows the host
         # writes per layer (source device address, destination offset, words): one graph launch a layer, no copies
         why = "split experts copy their parts with the runtime" if split_units else self._pull_unavailable()
@@ -299,6 +306,7 @@ class CopyLane:
         self.uses += 1
         parts = self.parts_array(layer)
         copy, launch = self._rt.addresses  # type: ignore[union-attr]  # start() checked
+        copy, abi = self.copy_function(copy)
         stream = self.stream
         timed = stream is not None and (self.uses % TIME_EVERY == 0 or self.rates.probed)
         exe = self._execs[p] if stream is not None and self._execs and not timed else 0
@@ -307,13 +315,22 @@ class CopyLane:
         raw = stream.cuda_stream if stream is not None else 0
         self.native.lane_issue(copy, launch, raw, exe,  # type: ignore[union-attr]  # start() checked
                                self.core.pool.data_ptr(), self.core.plan.slot_bytes, MAX_PITCH, parts,
-                               self._slots_np[p], self.np_route[p], experts, weights)
+                               self._slots_np[p], self.np_route[p], experts, weights, abi)
         if exe:
             return
         if stream is None:  # interpreter / CPU tensors: the kernels at once
             self._kernels(p)
             return
         self._launch(p, stream, timed)
+
+    def copy_function(self, copy2d: int) -> tuple[int, int]:
+        """(address, copy_abi) of what the native queueing copies with: cudaMemcpyBatchAsync and its signature (12 or
+        13) with ``batch`` where the runtime has it, else ``copy2d`` (cudaMemcpy2DAsync) and 0."""
+        if self.batch and self._rt is not None:
+            fn, abi = getattr(self._rt, "batch_copy", (0, 0))  # a test's runtime may have none
+            if fn and abi:
+                return fn, abi
+        return copy2d, 0
 
     def observe_timed(self, events: Sequence[Any], m: float) -> None:
         """A timed use's completed events (start, copies done, end) for ``m`` experts' worth: the GPU-timed totals

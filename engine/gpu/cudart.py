@@ -60,6 +60,15 @@ class CudaRuntime:
 
         # the decode layer's native miss path waits for the lane (cudaStreamQuery) and times some uses (events)
         self._sync = [getattr(lib, name, None) for name in ("cudaStreamQuery", "cudaEventRecord")]
+        # a batch of 1-D copies in one call (CUDA 12.8+; 13.0 dropped its failIdx argument, so the version decides
+        # the signature native/neural_lane.c calls it with)
+        self._batch = getattr(lib, "cudaMemcpyBatchAsync", None)
+        version = getattr(lib, "cudaRuntimeGetVersion", None)
+        self.version = 0
+        if version is not None:
+            v = ctypes.c_int(0)
+            if version(ctypes.byref(v)) == 0:
+                self.version = int(v.value)
 
     @property
     def can_launch_graphs(self) -> bool:
@@ -79,6 +88,15 @@ class CudaRuntime:
         neural_lane_layer calls them)."""
         got = [ctypes.cast(f, ctypes.c_void_p).value or 0 if f is not None else 0 for f in self._sync]
         return (int(got[0]), int(got[1])) if all(got) else (0, 0)
+
+    @cached_property
+    def batch_copy(self) -> tuple[int, int]:
+        """(cudaMemcpyBatchAsync's address, its signature: 12 for CUDA 12.8-12.9, 13 from 13.0), or (0, 0) where the
+        runtime has none (before 12.8) or its version is unknown."""
+        abi = batch_abi(self.version)
+        if self._batch is None or not abi:
+            return 0, 0
+        return int(ctypes.cast(self._batch, ctypes.c_void_p).value or 0), abi
 
     def graph_launch(self, graph_exec: int, stream: int) -> None:
         """Queue an instantiated graph (``cudaGraphExec_t``) on ``stream``."""
@@ -114,6 +132,12 @@ class CudaRuntime:
         if err != 0:
             raise RuntimeError(f"cudaMemset2DAsync failed with CUDA error {err} ({height} x {width} bytes, "
                                f"pitch {pitch})")
+
+
+def batch_abi(version: int) -> int:
+    """cudaMemcpyBatchAsync's signature in a runtime of ``version`` (cudaRuntimeGetVersion: 1000 x major + 10 x
+    minor): 12 with failIdx (12.8, 12.9), 13 without it (13.0 on), 0 where there is none."""
+    return 13 if version >= 13000 else 12 if version >= 12080 else 0
 
 
 def _candidates() -> list[str]:

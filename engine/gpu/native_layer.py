@@ -48,6 +48,7 @@ class Runtime:
     current_stream: Callable[[], int] | None = None  # the thread's stream, where GraphLauncher launches
     wait_value: int = 0  # cuStreamWaitValue32, for the front-end wait (decode_front_end_wait); 0 = none
     cpu_done_dev: int = 0  # the device address of GpuCore.np_cpu_done[0] (the flags it waits on)
+    copy_abi: int = 0  # copy2d is cudaMemcpy2DAsync (0) or cudaMemcpyBatchAsync with CUDA 12's or 13's signature
 
 
 def runtime_for(core: Any, lane: CopyLane, front_end: bool = False) -> Runtime | None:
@@ -61,6 +62,7 @@ def runtime_for(core: Any, lane: CopyLane, front_end: bool = False) -> Runtime |
     query, record = rt.sync_addresses
     if not (copy and launch and query and record):
         return None
+    copy, abi = lane.copy_function(copy)
     for p in (0, 1):  # a torch Event creates its CUDA event on first record
         for ev in lane._spare[p]:
             ev.record(lane.stream)
@@ -78,7 +80,7 @@ def runtime_for(core: Any, lane: CopyLane, front_end: bool = False) -> Runtime |
         log.warning("decode front-end wait off: the driver has no cuStreamWaitValue32")
     return Runtime(copy, launch, query, record, tuple(launcher._execs), int(launcher._stream()),
                    (lane._execs[0], lane._execs[1]), int(lane.stream.cuda_stream), events,  # type: ignore[arg-type]
-                   launcher._stream, wait, done)
+                   launcher._stream, wait, done, abi)
 
 
 def early_runtime_for(core: Any) -> Runtime | None:
@@ -143,7 +145,7 @@ class NativeLayer:
             return j
         j.fixed_ms = lane.rates.cpu_fixed_ms
         assert rt.lane_execs is not None
-        j.copy2d = ffi.cast("void *", rt.copy2d)
+        j.copy2d, j.copy_abi = ffi.cast("void *", rt.copy2d), rt.copy_abi
         j.query, j.record = ffi.cast("void *", rt.query), ffi.cast("void *", rt.record)
         j.lane_stream, j.lane_exec = ffi.cast("void *", rt.lane_stream), ffi.cast("void *", rt.lane_execs[p])
         j.next_exec = ffi.cast("void *", rt.layer_execs[layer + 1])

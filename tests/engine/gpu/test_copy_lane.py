@@ -15,7 +15,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from test_gpu_backend import (  # this folder is on sys.path
+from batch_fake import BatchCopy  # this folder is on sys.path
+from test_gpu_backend import (
     TOKENS,
     close_to_reference,
     make,
@@ -216,6 +217,18 @@ class AddressRuntime(HostRuntime):
         return ctypes.cast(self._cb, ctypes.c_void_p).value or 0, 0
 
 
+class BatchRuntime(AddressRuntime):
+    """AddressRuntime with cudaMemcpyBatchAsync too (batch_fake.BatchCopy, CUDA 12's or 13's signature)."""
+
+    def __init__(self, abi: int, fail: int = 0) -> None:
+        super().__init__()
+        self.batch = BatchCopy(abi, fail)
+
+    @property
+    def batch_copy(self) -> tuple[int, int]:
+        return self.batch.address, self.batch.abi
+
+
 @pytest.mark.parametrize("experts,weights", [([6, 3], [0.2, 0.8]), ([2, 5], [0.5, 0.5]), ([7], [1.0])])  # of 8
 def test_native_queueing_lands_the_same_rows_bytes_and_result(tiny_ck: Checkpoint, experts: list[int],
                                                               weights: list[float]) -> None:
@@ -253,6 +266,46 @@ def test_native_queueing_names_a_failed_copy(tiny_ck: Checkpoint) -> None:
         lane.start(0, [3, 5], [0.5, 0.5])
 
 
+@pytest.mark.parametrize("abi", [12, 13])
+def test_batched_copies_land_the_two_d_copies_bytes_and_result(tiny_ck: Checkpoint, abi: int) -> None:
+    """decode_lane_batch: every part of every lane expert in one cudaMemcpyBatchAsync (either signature) lands the
+    bytes, rows and result of the 2-D copies; without the function in the runtime the lane copies as before."""
+    from native.kernel import load_kernel
+
+    be = backend(tiny_ck)
+    h = tiny_ck.config.hidden_size
+    lane_input(be, 5)
+    got = []
+    for batch in (False, True):
+        lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, native=load_kernel(), batch=batch)
+        lane._rt = rt = BatchRuntime(abi)  # type: ignore[assignment]
+        be.core.pool.zero_()
+        lane.np_route[0][:] = 77
+        lane.start(0, [6, 3], [0.2, 0.8])
+        out = np.zeros(h, dtype=np.float32)
+        lane.finish(0, 2, out)
+        got.append((be.core.pool.clone(), lane.np_route[0].copy(), out))
+        assert (len(rt.calls), rt.batch.calls) == ((0, [(2 * len(SLOT_PARTS), 0)]) if batch else
+                                                   (len(SLOT_PARTS), []))
+    (pool_2d, route_2d, out_2d), (pool_b, route_b, out_b) = got
+    assert torch.equal(pool_b, pool_2d) and pool_2d.any()
+    np.testing.assert_array_equal(route_b, route_2d)
+    assert out_b.tobytes() == out_2d.tobytes() and out_2d.any()
+    lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, native=load_kernel(), batch=True)
+    lane._rt = AddressRuntime()  # type: ignore[assignment]  # a runtime before CUDA 12.8
+    assert lane.copy_function(123) == (123, 0)
+
+
+def test_a_failed_batch_is_named(tiny_ck: Checkpoint) -> None:
+    from native.kernel import KernelError, load_kernel
+
+    be = backend(tiny_ck)
+    lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, native=load_kernel(), batch=True)
+    lane._rt = BatchRuntime(13, fail=700)  # type: ignore[assignment]
+    with pytest.raises(KernelError, match=r"cudaMemcpyBatchAsync failed with CUDA error 700"):
+        lane.start(0, [3, 5], [0.5, 0.5])
+
+
 @pytest.mark.parametrize("experts,weights", [([6, 3], [0.2, 0.8]), ([7], [1.0])])
 def test_pulled_experts_land_the_copied_bytes_and_result(tiny_ck: Checkpoint, experts: list[int],
                                                          weights: list[float]) -> None:
@@ -281,7 +334,8 @@ def test_pulled_experts_land_the_copied_bytes_and_result(tiny_ck: Checkpoint, ex
 
 def test_decode_lane_native_and_pull_settings_are_checked() -> None:
     assert EngineSettings().decode_lane_native is True and EngineSettings().decode_lane_pull is False
-    for flag in ("decode_lane_native", "decode_lane_pull"):
+    assert EngineSettings().decode_lane_batch is False
+    for flag in ("decode_lane_native", "decode_lane_pull", "decode_lane_batch"):
         with pytest.raises(SettingsError, match=flag):
             EngineSettings(**{flag: "yes"})  # type: ignore[arg-type]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from types import SimpleNamespace
 
 import pytest
@@ -90,3 +91,26 @@ def test_memset_2d_passes_its_shape_and_names_a_failure() -> None:
     bare = cudart.CudaRuntime(SimpleNamespace(cudaMemcpy2DAsync=lambda *a: 0))  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="no cudaMemset2DAsync"):
         bare.memset_2d(dst=0, pitch=1, value=0, width=1, height=1, stream=0)
+
+
+def test_the_batch_copy_signature_follows_the_runtime_version() -> None:
+    """cudaMemcpyBatchAsync came in CUDA 12.8 with a failIdx argument that 13.0 dropped (native/neural_lane.c calls
+    either); before 12.8, or where the version is unknown, there is none to call."""
+    assert [cudart.batch_abi(v) for v in (0, 12060, 12080, 12090, 13000, 13020)] == [0, 0, 12, 12, 13, 13]
+
+    def lib(version: int, batch: bool) -> SimpleNamespace:
+        def get_version(out: object) -> int:
+            out._obj.value = version  # type: ignore[attr-defined]  # a ctypes byref
+            return 0
+
+        fns = {"cudaMemcpy2DAsync": lambda *a: 0, "cudaRuntimeGetVersion": get_version}
+        if batch:
+            fns["cudaMemcpyBatchAsync"] = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)
+        return SimpleNamespace(**fns)
+
+    rt = cudart.CudaRuntime(lib(13000, True))  # type: ignore[arg-type]
+    addr, abi = rt.batch_copy
+    assert rt.version == 13000 and abi == 13 and addr == ctypes.cast(rt._batch, ctypes.c_void_p).value
+    assert cudart.CudaRuntime(lib(12080, True)).batch_copy[1] == 12  # type: ignore[arg-type]
+    assert cudart.CudaRuntime(lib(12060, True)).batch_copy == (0, 0)  # type: ignore[arg-type]
+    assert cudart.CudaRuntime(lib(13000, False)).batch_copy == (0, 0)  # type: ignore[arg-type]

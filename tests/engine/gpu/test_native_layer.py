@@ -16,7 +16,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from test_copy_lane import LANE_TOKENS, mapped  # this folder is on sys.path
+from batch_fake import BatchCopy  # this folder is on sys.path
+from test_copy_lane import LANE_TOKENS, mapped
 from test_gpu_backend import make
 
 from engine.checkpoint import Checkpoint
@@ -25,6 +26,7 @@ from engine.gpu.copy_lane import CopyLane
 from engine.gpu.decoder import GpuStall
 from engine.gpu.lane_split import PROBE_FIRST, best_split
 from engine.gpu.native_layer import NativeLayer, Runtime
+from engine.plan import SLOT_PARTS
 
 COPY2D = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
                           ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
@@ -37,7 +39,9 @@ LAYER, LANE, EVENT, STREAM, LANE_STREAM = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000
 class FakeRuntime:
     """Callbacks with the runtime's C signatures: graph ids LAYER + i (the tail at i = layers) and LANE + parity."""
 
-    def __init__(self, be: GpuBackend, lane: CopyLane, fail: str = "", busy: int = 0, layers: bool = True) -> None:
+    def __init__(self, be: GpuBackend, lane: CopyLane, fail: str = "", busy: int = 0, layers: bool = True,
+                 abi: int = 0) -> None:
+        """``abi`` 12 or 13: the lane copies through cudaMemcpyBatchAsync with that signature (decode_lane_batch)."""
         self.log: list[tuple[str, int]] = []
         n = be.core.cfg.num_hidden_layers
         self.busy = busy  # queries answered "not ready" before "done"
@@ -75,17 +79,20 @@ class FakeRuntime:
 
         self._cbs = (COPY2D(copy), LAUNCH(launch), QUERY(query), RECORD(record))
         addr = [ctypes.cast(f, ctypes.c_void_p).value or 0 for f in self._cbs]
+        self.batch = BatchCopy(abi, 700 if fail == "copy" else 0) if abi else None
+        if self.batch is not None:
+            addr[0] = self.batch.address
         self.runtime = Runtime(addr[0], addr[1], addr[2], addr[3], tuple(LAYER + i for i in range(n + 1)), STREAM,
-                               (LANE, LANE + 1), LANE_STREAM, ((EVENT, EVENT + 1, EVENT + 2),) * 2)
+                               (LANE, LANE + 1), LANE_STREAM, ((EVENT, EVENT + 1, EVENT + 2),) * 2, copy_abi=abi)
 
 
 def native_backend(ck: Checkpoint, cpu_ms: float, lane_ms: float, fail: str = "",
-                   layers: bool = True) -> tuple[GpuBackend, FakeRuntime]:
+                   layers: bool = True, abi: int = 0) -> tuple[GpuBackend, FakeRuntime]:
     be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True)
     lane = CopyLane(be.core, mapped(ck, be), width=2)
     lane.rates.fix(cpu_ms, lane_ms)
     be.decoder.lane = lane
-    rt = FakeRuntime(be, lane, fail, layers=layers)
+    rt = FakeRuntime(be, lane, fail, layers=layers, abi=abi)
     be.decoder.native_layer = NativeLayer(be.core, be.misses.experts, lane, rt.runtime, be.pool.n_static)
     return be, rt
 
@@ -113,6 +120,28 @@ def test_native_layers_decode_the_python_paths_bits(tiny_ck: Checkpoint, cpu_ms:
     first = rt.log.index(("lane", 0))
     assert [k for k, _ in rt.log[first: first + 3]] == ["lane", "query", "layer"]
     assert 0 < a.lane_decide < a.lane_start and a.cpu > 0 and a.lane_wait > 0
+
+
+@pytest.mark.parametrize("abi", [12, 13])
+def test_batched_lane_copies_decode_the_same_bits(tiny_ck: Checkpoint, abi: int) -> None:
+    """decode_lane_batch in the native call: each lane layer's copies in one cudaMemcpyBatchAsync (CUDA 12's or
+    13's signature), the same logits as the 2-D copies, bit for bit."""
+    tokens = LANE_TOKENS[:3]
+    got = {}
+    for a in (0, abi):
+        be, rt = native_backend(tiny_ck, 10.0, 0.01, abi=a)  # two of 4 misses down the lane
+        got[a] = torch.stack([be.forward([t]) for t in tokens])
+        st = be.decoder.stats
+        uses = be.decoder.native_layers
+        assert uses == 3 * tiny_ck.config.num_hidden_layers and st.lane_experts > 0
+        copies = [c for c, _ in rt.log if c == "copy"]
+        if a:
+            assert rt.batch is not None and not copies
+            assert [s for _, s in rt.batch.calls] == [LANE_STREAM] * uses
+            assert sum(n for n, _ in rt.batch.calls) == st.lane_experts * len(SLOT_PARTS)
+        else:
+            assert copies
+    assert torch.equal(got[abi], got[0])
 
 
 def test_beside_the_lanes_queueing_the_cpu_experts_give_the_same_bits(tiny_ck: Checkpoint) -> None:
@@ -181,9 +210,10 @@ def test_the_native_split_is_best_split(tiny_ck: Checkpoint) -> None:
 def test_a_native_layer_names_what_failed(tiny_ck: Checkpoint) -> None:
     from native.kernel import KernelError
 
-    for fail, match in (("copy", r"cudaMemcpy2DAsync \(copy 0\) failed with CUDA error 700"),
-                        ("launch", r"the next launch failed with CUDA error 719")):
-        be, _ = native_backend(tiny_ck, 10.0, 0.01, fail)
+    for fail, abi, match in (("copy", 0, r"cudaMemcpy2DAsync \(copy 0\) failed with CUDA error 700"),
+                             ("copy", 13, r"cudaMemcpyBatchAsync \(the lane's copies\) failed with CUDA error 700"),
+                             ("launch", 0, r"the next launch failed with CUDA error 719")):
+        be, _ = native_backend(tiny_ck, 10.0, 0.01, fail, abi=abi)
         with pytest.raises(KernelError, match=match):
             be.forward([LANE_TOKENS[0]])
 
