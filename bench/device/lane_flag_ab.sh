@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A boolean copy-lane setting A/B on the 18-layer 120b shape, 12 GiB, 8 threads, one call, repo root, carry [".whl"]
 # (~7 min; session 25 ran it for decode_lane_native (call 2, with PROBE=1) and decode_lane_pull (call 3)):
-#   a. with PROBE=1, bench.gpu.zero_copy_probe (host time of the lane's runtime calls; DMA against a pull kernel) and
-#      bench.gpu.wait_value_probe (a stream memory wait's wake against a launch; copies beside it);
+#   a. with PROBE=1, bench.gpu.zero_copy_probe (host time of the lane's runtime calls; DMA against a pull kernel),
+#      bench.gpu.wait_value_probe (a stream memory wait's wake against a launch; copies beside it) and
+#      bench.gpu.batch_copy_probe (the lane's queueing as one cudaMemcpyBatchAsync against its 2-D copies);
 #   b. bench.gpu.lane_check with FLAG=false, then FLAG=true: the forced lane runs' logits must hash the same;
 #   c. cal_ab.sh A="FLAG=false" B="FLAG=true", ROUNDS rounds (3: A B B A x3).
 #   usage: FLAG=decode_lane_pull [PROBE=1] [ROUNDS=3] bash bench/device/lane_flag_ab.sh
@@ -19,6 +20,9 @@ if [ "${PROBE:-0}" = 1 ]; then
   # the front-end's wake on a host flag (cuStreamWaitValue32) against the host's launch, and beside copies
   timeout 60 "$PY" -m bench.gpu.wait_value_probe >"$OUT/wait_value.txt" 2>&1 || echo "wait_value_probe exited $?"
   tail -1 "$OUT/wait_value.txt"
+  # the lane's queueing as one cudaMemcpyBatchAsync against its 2-D copies: host time warm and cold, GPU time, bytes
+  timeout 90 "$PY" -m bench.gpu.batch_copy_probe >"$OUT/batch_copy.txt" 2>&1 || echo "batch_copy_probe exited $?"
+  grep -v SUMMARY "$OUT/batch_copy.txt" | tail -6
 fi
 cal_checkpoints "$OUT/setup.log"
 for v in false true; do
@@ -28,4 +32,5 @@ for v in false true; do
 done
 echo "[$(( $(date +%s) - T0 )) s] lane checks done"
 A="$FLAG=false" B="$FLAG=true" ROUNDS=${ROUNDS:-3} T0=$T0 bash bench/device/cal_ab.sh 2>&1 | tail -22
-(cd "$OUT" && tar czf all.tgz ./*.json ./*.log ./*.txt 2>/dev/null && rm -f ./*.json ./*.log ./probe.txt ./wait_value.txt)
+(cd "$OUT" && tar czf all.tgz ./*.json ./*.log ./*.txt 2>/dev/null && rm -f ./*.json ./*.log ./probe.txt ./wait_value.txt \
+  ./batch_copy.txt)
