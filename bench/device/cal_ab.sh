@@ -5,6 +5,7 @@
 # A B B A A B B A), each as peer_decode.sh runs it (12 GiB plan's slots per layer, 8 threads, 2,048-token prompt,
 # 16 untimed, 128 timed). No llama.cpp: a ratio to it comes from another call (CALCULATED across leases).
 #   usage: A="decode_lane_beside=true" B="decode_lane_beside=true decode_lane_split=true" bash bench/device/cal_ab.sh
+#   C and D (optional) add configurations: A B C D D C B A a round; the table gives each mean against A's.
 # ~70 s of setup, then ~17 s a run (session 21's calls). $OUT: warm.json, a-N.json, b-N.json, table.md, cal.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,7 @@ ROUNDS=${ROUNDS:-2}
 export NEURAL_CACHE_DIR=/tmp/cal-ab-cache
 cal_checkpoints "$LOG"  # $CK, $CKC
 POOL=$(scaled_pool 18)
-echo "[$(( $(date +%s) - T0 )) s] checkpoints ready, pool_gib $POOL; A: $A; B: $B" | tee -a "$LOG"
+echo "[$(( $(date +%s) - T0 )) s] checkpoints ready, pool_gib $POOL; A: $A; B: $B; C: ${C-(none)}; D: ${D-(none)}" | tee -a "$LOG"
 cal() {  # NAME SETTINGS...
   local name=$1 sets=() kv l
   shift
@@ -31,37 +32,14 @@ cal() {  # NAME SETTINGS...
     >"$OUT/$name.json" 2>>"$LOG"
   echo "[$(( $(date +%s) - T0 )) s] $name exited $?" | tee -a "$LOG"
 }
-# shellcheck disable=SC2086  # A and B are lists of key=value words
+# shellcheck disable=SC2086  # A..D are lists of key=value words
 cal warm $A
-for r in $(seq 1 "$ROUNDS"); do
-  # shellcheck disable=SC2086
-  cal "a-$((2 * r - 1))" $A; cal "b-$((2 * r - 1))" $B; cal "b-$((2 * r))" $B; cal "a-$((2 * r))" $A
+# the configurations in use: A and B, then C and D where set (an empty value is the defaults)
+LET=(a b); SETS=("$A" "$B")
+[ -n "${C+x}" ] && { LET+=(c); SETS+=("$C"); }
+[ -n "${D+x}" ] && [ -n "${C+x}" ] && { LET+=(d); SETS+=("$D"); }
+for r in $(seq 1 "$ROUNDS"); do  # mirrored: A B (C D) then (D C) B A
+  for i in "${!LET[@]}"; do cal "${LET[$i]}-$((2 * r - 1))" ${SETS[$i]}; done
+  for ((i = ${#LET[@]} - 1; i >= 0; i--)); do cal "${LET[$i]}-$((2 * r))" ${SETS[$i]}; done
 done
-"$PY" - "$OUT" "$A" "$B" <<'PY' | tee "$OUT/table.md"
-import glob, json, os, statistics, sys
-out, a, b = sys.argv[1:4]
-print(f"A: {a or '(defaults)'}; B: {b or '(defaults)'}; calibrated decode, 18 layers, 12 GiB plan's slots, 8 threads")
-print()
-print("| run | tok/s | VRAM hit | ms a token: wall / cpu / lane start (of it the split) / lane wait / gpu wait / launch | lane experts a token | native layers a token | split CPU / lane ms an expert |")
-print("|---|---:|---:|---|---:|---:|---|")
-got = {"a": [], "b": []}
-for f in sorted(glob.glob(f"{out}/[ab]-*.json"), key=os.path.getmtime):  # in the order they ran
-    name = os.path.basename(f)[:-5]
-    try:
-        d = json.load(open(f))
-    except (OSError, ValueError) as exc:
-        print(f"| {name} | failed: {exc} | | | | |")
-        continue
-    ph, sp = d["phases_ms"], d["lane_split"] or {}
-    got[name[0]].append(d["tok_s_MEASURED"])
-    print(f"| {name} | {d['tok_s_MEASURED']:.2f} | {d['vram_hit_rate_MEASURED']:.3f} | {ph['wall']:.2f} / {ph['cpu']:.2f} / "
-          f"{ph.get('lane_start', 0):.2f} ({ph.get('lane_decide', 0):.2f}) / {ph.get('lane_wait', 0):.2f} / {ph['gpu_wait']:.2f} / {ph['launch']:.2f} | "
-          f"{d.get('lane_experts_per_token')} | {d.get('native_layers_per_token')} | "
-          f"{sp.get('cpu_ms')} / {sp.get('lane_ms')} |")
-print()
-for k in "ab":
-    if got[k]:
-        print(f"{k.upper()}: mean {statistics.mean(got[k]):.2f} tok/s over {len(got[k])} runs {[round(v, 2) for v in got[k]]} (MEASURED)")
-if got["a"] and got["b"]:
-    print(f"B / A: {statistics.mean(got['b']) / statistics.mean(got['a']):.3f} (CALCULATED from the means)")
-PY
+"$PY" -m bench.routing.ab_table "$OUT" "${SETS[@]}" | tee "$OUT/table.md"
