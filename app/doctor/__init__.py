@@ -10,6 +10,7 @@ from .checks import (
     Plan,
     Target,
     check_cpu,
+    check_direct,
     check_disk,
     check_gpu,
     check_memory,
@@ -24,6 +25,6 @@ from .checks import (
     resolve_target,
 )
 
-__all__ = ["GIB", "Check", "Plan", "Status", "Target", "check_cpu", "check_disk", "check_gpu", "check_memory",
-           "check_model", "check_settings", "check_store", "diagnose", "main", "make_plan", "render", "report_dict",
-           "resolve_target"]
+__all__ = ["GIB", "Check", "Plan", "Status", "Target", "check_cpu", "check_direct", "check_disk", "check_gpu",
+           "check_memory", "check_model", "check_settings", "check_store", "diagnose", "main", "make_plan", "render",
+           "report_dict", "resolve_target"]

@@ -124,6 +124,37 @@ def check_gpu(g: GpuFacts, settings: EngineSettings) -> list[Check]:
                   "Use a machine with an NVIDIA card of 12 GiB or more, and its current driver.")]
 
 
+def check_direct(g: GpuFacts, settings: EngineSettings) -> list[Check]:
+    """Whether prompts can copy experts straight from the checkpoint's mapping, from the probe's try."""
+    from engine.plan import direct_copies_possible
+
+    d = g.direct
+    if not d.tried or settings.backend == "cpu":
+        return []
+    engine_on = direct_copies_possible(settings.stage_direct)
+    if d.registered and d.same_bytes:
+        rate = f" ({d.gb_s:g} GB/s on a 16 MiB probe)" if d.gb_s else ""
+        if engine_on:
+            return [Check("Direct copies", "ok",
+                          f"the GPU copies experts straight from the checkpoint's mapping{rate}")]
+        why = "stage_direct is off" if settings.stage_direct == "off" else \
+            "stage_direct=auto uses them on Linux only: they are not measured on Windows yet"
+        return [Check("Direct copies", "info", f"a read-only file mapping registers with CUDA here and copies the "
+                      f"right bytes{rate}, but prompts pack experts through pinned buffers ({why})",
+                      'Add "stage_direct": "on" to the "engine" section of the app\'s settings.json (its config '
+                      "folder) to copy experts straight from the mapping: faster prompts, with up to the machine's "
+                      "RAM less 16 GiB page-locked.")]
+    if d.registered and d.same_bytes is False:
+        fix = 'Set "stage_direct": "off" in settings.json.' if engine_on else ""
+        return [Check("Direct copies", "warn" if engine_on else "info", "a registered file mapping copied different "
+                      "bytes to the GPU than it holds", fix)]
+    what = d.error or "the try did not finish"
+    if settings.stage_direct == "on":
+        return [Check("Direct copies", "warn", f"stage_direct=on, but {what}: prompts pack experts instead",
+                      'Set "stage_direct" back to "auto" in settings.json; a newer NVIDIA driver may help.')]
+    return [Check("Direct copies", "info", f"unavailable ({what}): prompts pack experts through pinned buffers")]
+
+
 # ---- CPU -----------------------------------------------------------------------------------------
 def check_cpu(facts: SystemFacts) -> list[Check]:
     c = facts.cpu
@@ -259,6 +290,7 @@ def diagnose(facts: SystemFacts, target: Target) -> list[Check]:
     checks = [Check("System", "info", f"{facts.platform}, Python {facts.python}"
                     + (", bundled build" if facts.frozen else ""))]
     checks += check_gpu(facts.gpu, target.settings)
+    checks += check_direct(facts.gpu, target.settings)
     checks += check_cpu(facts)
     model_checks, cfg = check_model(target)
     checks += model_checks

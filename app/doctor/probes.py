@@ -33,6 +33,18 @@ class GpuDevice:
 
 
 @dataclass
+class DirectCopyFacts:
+    """Whether the copy engine can read a read-only file mapping registered with CUDA (the prompt path's direct
+    copies, engine/gpu/prefill/direct.py), tried on a small temporary file."""
+
+    tried: bool = False
+    registered: bool | None = None
+    error: str | None = None
+    same_bytes: bool | None = None
+    gb_s: float | None = None  # host-to-device rate of the probe's copies (small: a lower bound)
+
+
+@dataclass
 class GpuFacts:
     torch_version: str = ""
     torch_cuda: str | None = None  # CUDA version PyTorch was built for; None = CPU-only build
@@ -42,6 +54,7 @@ class GpuFacts:
     driver_version: str | None = None  # from nvidia-smi
     smi_gpus: list[str] = field(default_factory=list)  # GPU names nvidia-smi lists
     smi_error: str | None = None  # None also when nvidia-smi is simply not installed
+    direct: DirectCopyFacts = field(default_factory=DirectCopyFacts)
 
 
 @dataclass
@@ -126,10 +139,70 @@ def probe_nvidia_smi(facts: GpuFacts, timeout: float = 15.0) -> None:
             facts.driver_version = parts[1]
 
 
+def probe_direct_copy(facts: GpuFacts, mib: int = 16, reps: int = 5) -> None:
+    """Register a read-only mapping of a temporary file as the engine registers the checkpoint's shards, copy it to
+    the GPU, compare the bytes. On Windows this is the only way to know (the engine's "auto" leaves it off there)."""
+    if not facts.cuda_available:
+        return
+    import mmap
+    import tempfile
+
+    d = facts.direct
+    d.tried = True
+    n = mib << 20
+    path = None
+    try:
+        import numpy as np
+        import torch
+
+        from engine.gpu import cudart
+        from engine.gpu.prefill.direct import cuda_register, cuda_unregister
+
+        fd, path = tempfile.mkstemp(prefix="neural-doctor-", suffix=".bin")
+        want = np.random.default_rng(7).integers(0, 256, n, dtype=np.uint8)
+        with os.fdopen(fd, "wb") as out:
+            out.write(want.tobytes())
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), n, access=mmap.ACCESS_READ) as mm:
+            host = np.frombuffer(mm, dtype=np.uint8)
+            ptr = host.ctypes.data
+            err = cuda_register(ptr, n)
+            d.registered = err == 0
+            if err:
+                d.error = f"cudaHostRegister of a read-only file mapping returned CUDA error {err}"
+            else:
+                try:
+                    rt = cudart.runtime()
+                    dst = torch.empty(n, dtype=torch.uint8, device="cuda")
+                    stream = torch.cuda.current_stream()
+                    times = []
+                    for _ in range(reps):
+                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start.record(stream)
+                        if rt is not None:
+                            rt.copy_2d(dst.data_ptr(), n, ptr, n, n, 1, stream.cuda_stream)
+                        else:  # a registered range counts as pinned: torch issues one cudaMemcpyAsync
+                            dst.copy_(torch.from_numpy(host), non_blocking=True)
+                        end.record(stream)
+                        end.synchronize()
+                        times.append(start.elapsed_time(end))
+                    d.same_bytes = bool(np.array_equal(dst.cpu().numpy(), want))
+                    d.gb_s = round(n / (sorted(times)[len(times) // 2] * 1e6), 1)
+                finally:
+                    cuda_unregister(ptr)
+            del host
+    except Exception as exc:  # the doctor reports, it never crashes
+        d.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
 def probe_gpu() -> GpuFacts:
     facts = GpuFacts()
     probe_torch_gpu(facts)
     probe_nvidia_smi(facts)
+    probe_direct_copy(facts)
     return facts
 
 

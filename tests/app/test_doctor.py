@@ -11,9 +11,21 @@ from pathlib import Path
 import pytest
 
 from app import doctor
-from app.doctor import GIB, Check, Target, check_cpu, check_gpu, check_memory, check_settings, diagnose, make_plan
+from app.doctor import (
+    GIB,
+    Check,
+    Target,
+    check_cpu,
+    check_direct,
+    check_gpu,
+    check_memory,
+    check_settings,
+    diagnose,
+    make_plan,
+)
 from app.doctor.probes import (
     CpuFacts,
+    DirectCopyFacts,
     DiskFacts,
     GpuDevice,
     GpuFacts,
@@ -287,3 +299,60 @@ def test_cli_json_report_and_exit_status(tmp_path, monkeypatch, capsys, real_loo
     assert main(["doctor", "--model", str(tmp_path / "missing")]) == 1
     out = capsys.readouterr().out
     assert "[FAIL] Model" in out and "fix:" in out
+
+
+# ---- direct copies (the prompt path's copies straight from the registered mapping) ----------------
+def test_direct_copies_are_tried_only_with_a_cuda_device(monkeypatch):
+    from app.doctor.probes import probe_direct_copy
+
+    g = GpuFacts(torch_version="2.13.0+cpu")
+    probe_direct_copy(g)
+    assert not g.direct.tried and check_direct(g, EngineSettings()) == []
+
+
+def test_direct_copies_that_work_on_windows_are_offered_and_on_linux_are_used(monkeypatch):
+    import engine.plan
+
+    g = facts().gpu
+    g.direct = DirectCopyFacts(tried=True, registered=True, same_bytes=True, gb_s=24.6)
+    monkeypatch.setattr(engine.plan.sys, "platform", "win32")
+    [c] = check_direct(g, EngineSettings())
+    assert c.status == "info" and "24.6 GB/s" in c.summary and "not measured on Windows" in c.summary
+    assert '"stage_direct": "on"' in c.fix and "settings.json" in c.fix
+    [c] = check_direct(g, EngineSettings(stage_direct="on"))
+    assert c.status == "ok" and "straight from the checkpoint's mapping" in c.summary
+    monkeypatch.setattr(engine.plan.sys, "platform", "linux")
+    assert check_direct(g, EngineSettings())[0].status == "ok"
+    assert "stage_direct is off" in check_direct(g, EngineSettings(stage_direct="off"))[0].summary
+    assert check_direct(g, EngineSettings(backend="cpu")) == []
+
+
+def test_direct_copies_that_fail_say_why_and_warn_only_when_asked_for():
+    g = facts().gpu
+    g.direct = DirectCopyFacts(tried=True, registered=False, error="cudaHostRegister of a read-only file mapping "
+                               "returned CUDA error 801")
+    [c] = check_direct(g, EngineSettings(stage_direct="auto"))
+    assert c.status == "info" and "CUDA error 801" in c.summary and "pack" in c.summary
+    [c] = check_direct(g, EngineSettings(stage_direct="on"))
+    assert c.status == "warn" and '"stage_direct" back to "auto"' in c.fix
+    g.direct = DirectCopyFacts(tried=True, registered=True, same_bytes=False)
+    [c] = check_direct(g, EngineSettings(stage_direct="on"))
+    assert c.status == "warn" and "different bytes" in c.summary
+    assert c.fix == 'Set "stage_direct": "off" in settings.json.'
+
+
+def test_a_refused_registration_is_reported_and_leaves_no_file(monkeypatch, tmp_path):
+    import tempfile
+
+    import engine.gpu.prefill.direct as direct
+    from app.doctor.probes import probe_direct_copy
+
+    seen = []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(direct, "cuda_register", lambda ptr, n: seen.append((ptr, n)) or 801)
+    g = GpuFacts(torch_version="2.13.0+cu130", cuda_available=True)
+    probe_direct_copy(g, mib=1)
+    assert g.direct.tried and g.direct.registered is False and "CUDA error 801" in (g.direct.error or "")
+    assert seen and seen[0][0] != 0 and seen[0][1] == 1 << 20  # the mapping's address and size
+    assert list(tmp_path.iterdir()) == []  # the probe's file is gone
+    assert check_direct(g, EngineSettings())[0].status == "info"
