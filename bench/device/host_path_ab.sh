@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The decode layer's host path, the settings built without device time (sessions 26-27), in one call: repo root,
 # carry [".whl"], ~8-9 min on the 18-layer 120b shape, 12 GiB, 8 threads:
-#   a. bench.gpu.batch_copy_probe (the lane's queueing as one cudaMemcpyBatchAsync against its 2-D copies: host
+#   a. neural doctor (its direct-copy probe on a real GPU), bench.gpu.batch_copy_probe (the lane's queueing as one cudaMemcpyBatchAsync against its 2-D copies: host
 #      time warm and cold, GPU time, bytes) and bench.gpu.wait_value_probe (the front-end's wake on a host flag);
 #   b. bench.gpu.lane_check with each setting on (the forced lane's logits must hash as with it off):
 #      decode_lane_batch, decode_native_layer, both;
@@ -13,6 +13,8 @@ cd "$(dirname "$0")/../.."
 export BUDGET_S=${BUDGET_S:-560}
 . bench/device/env.sh >/dev/null 2>&1  # $OUT, $T0, $PY, left(), cal_checkpoints
 EXTRA=${EXTRA:-}
+# neural doctor's direct-copy probe on a real GPU (its line must read ok on Linux)
+timeout 60 "$PY" -m app.cli.main doctor >"$OUT/doctor.txt" 2>&1; grep -A1 "Direct copies" "$OUT/doctor.txt"
 timeout 90 "$PY" -m bench.gpu.batch_copy_probe >"$OUT/batch_copy.txt" 2>&1 || echo "batch_copy_probe exited $?"
 grep -v SUMMARY "$OUT/batch_copy.txt" | tail -6
 timeout 60 "$PY" -m bench.gpu.wait_value_probe >"$OUT/wait_value.txt" 2>&1 || echo "wait_value_probe exited $?"
