@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The decode layer's host path, the settings built without device time (sessions 26-27), in one call: repo root,
 # carry [".whl"], ~8-9 min on the 18-layer 120b shape, 12 GiB, 8 threads:
-#   a. neural doctor (its direct-copy probe on a real GPU), bench.gpu.batch_copy_probe (the lane's queueing as one cudaMemcpyBatchAsync against its 2-D copies: host
-#      time warm and cold, GPU time, bytes) and bench.gpu.wait_value_probe (the front-end's wake on a host flag);
+#   a. neural doctor (its direct-copy probe on a real GPU), bench.gpu.batch_copy_probe (the lane's queueing as one
+#      cudaMemcpyBatchAsync against its 2-D copies: host time warm and cold, GPU time, bytes) and
+#      bench.gpu.wait_value_probe (the front-end's wake on a host flag);
 #   b. bench.gpu.lane_check with each setting on (the forced lane's logits must hash as with it off):
 #      decode_lane_batch, decode_native_layer, both;
 #   c. cal_ab.sh, A: defaults, B: decode_lane_batch, C: decode_native_layer, D: both, A B C D D C B A x ROUNDS (1).
