@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
-import os
 import statistics
 import sys
 import time
@@ -72,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("batch_copy_probe: no CUDA device", file=sys.stderr)
         return 2
+    from bench.gpu.mapped_file import random_mapping
     from engine.gpu import cudart
     from native.kernel import load_kernel
 
@@ -86,12 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     kern = load_kernel()
     n = EXPERTS * slot_bytes()
-    path = "/dev/shm/batch_copy_probe.bin"
-    with open(path, "wb") as f:  # a file mapping, as the checkpoint's shards are
-        f.write(np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8).tobytes())
-    fd = os.open(path, os.O_RDONLY)
-    mm = mmap.mmap(fd, n, prot=mmap.PROT_READ)
-    host = np.frombuffer(mm, dtype=np.uint8)
+    host = random_mapping("batch_copy_probe.bin", n)  # a file mapping, as the checkpoint's shards are
     hptr = host.ctypes.data
     err = int(torch.cuda.cudart().cudaHostRegister(hptr, n, 0x0B))  # portable | mapped | read-only, as the engine
     out["register_error"] = err

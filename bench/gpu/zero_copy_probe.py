@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import mmap
-import os
 import statistics
 import time
 from typing import Any
@@ -29,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from bench.gpu.mapped_file import random_mapping
 from engine.gpu import cudart
 
 
@@ -52,12 +51,7 @@ def main() -> int:
     a = ap.parse_args()
     dev = torch.device("cuda")
     n = a.mib << 20
-    path = "/dev/shm/zero_copy_probe.bin"
-    with open(path, "wb") as f:  # a file mapping, as the checkpoint's shards are
-        f.write(np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8).tobytes())
-    fd = os.open(path, os.O_RDONLY)
-    mm = mmap.mmap(fd, n, prot=mmap.PROT_READ)
-    host = np.frombuffer(mm, dtype=np.uint8)
+    host = random_mapping("zero_copy_probe.bin", n)  # a file mapping, as the checkpoint's shards are
     hptr = host.ctypes.data
     out: dict[str, object] = {"mib": a.mib, "flags": a.flags}
     err = int(torch.cuda.cudart().cudaHostRegister(hptr, n, a.flags))
