@@ -258,9 +258,9 @@ int neural_lane_layer(neural_lane_layer_job *j) {
         record_fn record = (record_fn)j->record;
         int rc = ev ? record(ev[0], j->lane_stream) : 0;
         if (!rc)
-            rc = neural_lane_issue(j->copy2d, j->copy_abi, j->launch, j->lane_stream, ev ? NULL : j->lane_exec, j->pool,
-                                   j->slot_bytes, j->max_pitch, j->parts, j->nparts, j->lane_slots, j->lane_route,
-                                   bt, ids + c, ws + c, m, &j->failed);
+            rc = neural_lane_issue(j->copy2d, j->copy_abi, j->launch, j->lane_stream, ev ? NULL : j->lane_exec,
+                                   j->pool, j->slot_bytes, j->max_pitch, j->parts, j->nparts, j->lane_slots,
+                                   j->lane_route, bt, ids + c, ws + c, m, &j->failed);
         else
             j->failed = -5;
         if (!rc && ev) {
