@@ -180,6 +180,7 @@ class GpuBackend:
                             native=native if self.settings.decode_lane_native else None,
                             pull=self.settings.decode_lane_pull, batch=self.settings.decode_lane_batch)
             lane.capture()
+            lane.verify_batch()  # decode_lane_batch: back to the 2-D copies where the batch fails its check
             pays, info = lane.worth_it(self.misses)
         except Exception:  # a failed capture or copy: decode as before
             log.exception("decode copy lane unavailable")

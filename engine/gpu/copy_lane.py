@@ -407,6 +407,41 @@ class CopyLane:
         self.split_slots.forget()  # the prompt staged experts in the split slots
 
     # ---- at load ----------------------------------------------------------------------------
+    def verify_batch(self) -> str:
+        """With ``batch``: layer 0's first two experts copied into the parity-0 slots by the 2-D copies and again by
+        cudaMemcpyBatchAsync, the bytes compared. Where the batch fails or lands other bytes, the lane goes back to
+        the 2-D copies (``batch`` off, a warning) and the reason is returned; "" where it holds or does not apply."""
+        if not self.batch or self.native is None or self._rt is None or not self.direct.ready(0):
+            return ""
+        fn, abi = self.copy_function(0)
+        if not abi:
+            return ""
+        from native.kernel import KernelError
+
+        sb, n_e = self.core.plan.slot_bytes, self.core.cfg.num_local_experts
+        ids, slots = [0, min(1, n_e - 1)], self._slots_np[0][:2]
+        region = self.core.pool.view(-1).narrow(0, int(slots[0]) * sb, 2 * sb)
+        copy, launch = self._rt.addresses
+        raw = self.stream.cuda_stream if self.stream is not None else 0
+        why = ""
+        try:
+            for fn_, abi_ in ((copy, 0), (fn, abi)):
+                if abi_:
+                    want = region.clone()
+                    region.zero_()
+                self.native.lane_issue(fn_, launch, raw, 0, self.core.pool.data_ptr(), sb, MAX_PITCH,
+                                       self.parts_array(0), slots, self.np_route[0], ids, [0.5, 0.5], abi_)
+                if self.stream is not None:
+                    self.stream.synchronize()
+            if not torch.equal(region, want):
+                why = "it landed other bytes than the 2-D copies"
+        except KernelError as exc:
+            why = str(exc)
+        if why:
+            self.batch = False
+            log.warning("decode lane batch off: %s; the lane copies with cudaMemcpy2DAsync", why)
+        return why
+
     def worth_it(self, misses: Any, seconds: float = 0.12, seed: int = 0) -> tuple[bool, dict[str, float]]:
         """Measure, on layer 0's experts, the CPU kernel alone and beside the lane's own copies running back to back
         (as bench.kernel.dma_share does); the lane pays where the two together compute 15% more experts a

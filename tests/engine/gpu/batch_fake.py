@@ -15,8 +15,9 @@ INVALID_VALUE = 1  # cudaErrorInvalidValue
 
 
 class BatchCopy:
-    def __init__(self, abi: int, fail: int = 0) -> None:
-        """``fail``: the CUDA error every call returns after copying (0: none)."""
+    def __init__(self, abi: int, fail: int = 0, short: bool = False) -> None:
+        """``fail``: the CUDA error every call returns after copying (0: none); ``short``: each copy one byte short
+        (a runtime that lands other bytes)."""
         self.abi, self.fail = abi, fail
         self.calls: list[tuple[int, int]] = []  # (copies, stream)
 
@@ -32,7 +33,7 @@ class BatchCopy:
             s = (ctypes.c_void_p * count).from_address(srcs)
             n = (ctypes.c_size_t * count).from_address(sizes)
             for i in range(count):
-                ctypes.memmove(d[i], s[i], n[i])
+                ctypes.memmove(d[i], s[i], n[i] - short)
             self.calls.append((count, int(stream or 0)))
             return self.fail
 

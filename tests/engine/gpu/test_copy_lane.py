@@ -220,9 +220,9 @@ class AddressRuntime(HostRuntime):
 class BatchRuntime(AddressRuntime):
     """AddressRuntime with cudaMemcpyBatchAsync too (batch_fake.BatchCopy, CUDA 12's or 13's signature)."""
 
-    def __init__(self, abi: int, fail: int = 0) -> None:
+    def __init__(self, abi: int, fail: int = 0, short: bool = False) -> None:
         super().__init__()
-        self.batch = BatchCopy(abi, fail)
+        self.batch = BatchCopy(abi, fail, short)
 
     @property
     def batch_copy(self) -> tuple[int, int]:
@@ -294,6 +294,26 @@ def test_batched_copies_land_the_two_d_copies_bytes_and_result(tiny_ck: Checkpoi
     lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, native=load_kernel(), batch=True)
     lane._rt = AddressRuntime()  # type: ignore[assignment]  # a runtime before CUDA 12.8
     assert lane.copy_function(123) == (123, 0)
+
+
+@pytest.mark.parametrize("fail,short,why", [(0, False, ""),
+                                            (700, False, "cudaMemcpyBatchAsync failed with CUDA error 700"),
+                                            (0, True, "other bytes than the 2-D copies")])
+def test_the_batch_is_checked_at_load_and_turned_off_where_it_fails(tiny_ck: Checkpoint, fail: int, short: bool,
+                                                                    why: str) -> None:
+    """verify_batch: the same copies both ways before the lane is used; a failing or wrong batch sends the lane back
+    to the 2-D copies, and the lane then works."""
+    from native.kernel import load_kernel
+
+    be = backend(tiny_ck)
+    lane = CopyLane(be.core, mapped(tiny_ck, be), width=2, native=load_kernel(), batch=True)
+    lane._rt = rt = BatchRuntime(13, fail, short)  # type: ignore[assignment]
+    got = lane.verify_batch()
+    assert (got == "") if not why else (why in got)
+    assert lane.batch is (not why) and rt.batch.calls and len(rt.calls) == len(SLOT_PARTS)  # both ways once
+    lane.start(0, [6, 3], [0.2, 0.8])
+    assert len(rt.batch.calls) == (2 if not why else 1)
+    lane.finish(0, 2, np.zeros(tiny_ck.config.hidden_size, dtype=np.float32))
 
 
 def test_a_failed_batch_is_named(tiny_ck: Checkpoint) -> None:
