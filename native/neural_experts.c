@@ -47,9 +47,10 @@ static void ensure_init(void) {
     else if (isa == NEURAL_ISA_AVX2) kern = &neural_kernels_avx2;
 #endif
     (void)isa;
-    /* 8192 B ahead: 1.1x faster than 4096 on the Xeon host with long chunks; on Zen 4 4096 was
-       as fast or faster (MEASURED, bench/kernel/kernel_variants.c and bench/kernel/kernel_bench.c). */
-    if (neural_prefetch_bytes < 0) neural_prefetch_bytes = (neural_cpu_features() & NEURAL_CPU_AMD) ? 4096 : 8192;
+    /* 8192 B ahead: 1.1x faster than 4096 on the Xeon host with long chunks (session 3); on Zen 4 (2 vCPUs, the
+       vdpbf16ps loop) 1.13-1.19x the kernel's rate of 4096 and 1.05x its CPU decode, A B B A (session 27; 4096 had
+       been as fast there with session 3's kernel); the AVX2 loop, compute-bound, the same either way. */
+    if (neural_prefetch_bytes < 0) neural_prefetch_bytes = 8192;
     neural_team_resize(0);
     initialized = 1;
 }
