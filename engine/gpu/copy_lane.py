@@ -96,7 +96,7 @@ class CopyLane:
         # with ``batch`` (decode_lane_batch) the native queueing issues a layer's copies as one cudaMemcpyBatchAsync
         # where the runtime has it (CUDA 12.8+), else as before; the same bytes into the same slots either way
         self.batch = batch
-        if batch and (self.native is None or self._rt is None or not self._rt.batch_copy[0]):
+        if batch and (self.native is None or not self.copy_function(0)[1]):
             log.info("decode lane batch off: %s", "the lane is queued from Python (decode_lane_native off)"
                      if self.native is None else f"no cudaMemcpyBatchAsync in this CUDA runtime "
                      f"({getattr(self._rt, 'version', 0)}; it came in 12.8)")
@@ -304,24 +304,30 @@ class CopyLane:
         m = len(experts)
         self.experts += m
         self.uses += 1
-        parts = self.parts_array(layer)
-        copy, launch = self._rt.addresses  # type: ignore[union-attr]  # start() checked
-        copy, abi = self.copy_function(copy)
         stream = self.stream
         timed = stream is not None and (self.uses % TIME_EVERY == 0 or self.rates.probed)
         exe = self._execs[p] if stream is not None and self._execs and not timed else 0
         if timed:
             self._spare[p][0].record(stream)
-        raw = stream.cuda_stream if stream is not None else 0
-        self.native.lane_issue(copy, launch, raw, exe,  # type: ignore[union-attr]  # start() checked
-                               self.core.pool.data_ptr(), self.core.plan.slot_bytes, MAX_PITCH, parts,
-                               self._slots_np[p], self.np_route[p], experts, weights, abi)
+        self._issue(layer, p, experts, weights, exe, self.batch)
         if exe:
             return
         if stream is None:  # interpreter / CPU tensors: the kernels at once
             self._kernels(p)
             return
         self._launch(p, stream, timed)
+
+    def _issue(self, layer: int, p: int, experts: Sequence[int], weights: Sequence[float], exe: int,
+               batch: bool) -> None:
+        """neural_lane_issue for ``experts`` of ``layer`` into parity ``p``'s slots on the lane's stream, copying with
+        cudaMemcpyBatchAsync where ``batch`` and the runtime allow (:meth:`copy_function`), launching ``exe`` unless
+        it is 0."""
+        copy, launch = self._rt.addresses  # type: ignore[union-attr]  # the callers checked
+        copy, abi = self.copy_function(copy) if batch else (copy, 0)
+        raw = self.stream.cuda_stream if self.stream is not None else 0
+        self.native.lane_issue(copy, launch, raw, exe,  # type: ignore[union-attr]  # the callers checked
+                               self.core.pool.data_ptr(), self.core.plan.slot_bytes, MAX_PITCH,
+                               self.parts_array(layer), self._slots_np[p], self.np_route[p], experts, weights, abi)
 
     def copy_function(self, copy2d: int) -> tuple[int, int]:
         """(address, copy_abi) of what the native queueing copies with: cudaMemcpyBatchAsync and its signature (12 or
@@ -411,28 +417,25 @@ class CopyLane:
         """With ``batch``: layer 0's first two experts copied into the parity-0 slots by the 2-D copies and again by
         cudaMemcpyBatchAsync, the bytes compared. Where the batch fails or lands other bytes, the lane goes back to
         the 2-D copies (``batch`` off, a warning) and the reason is returned; "" where it holds or does not apply."""
-        if not self.batch or self.native is None or self._rt is None or not self.direct.ready(0):
-            return ""
-        fn, abi = self.copy_function(0)
-        if not abi:
+        if not self.batch or self.native is None or not self.direct.ready(0) or not self.copy_function(0)[1]:
             return ""
         from native.kernel import KernelError
 
-        sb, n_e = self.core.plan.slot_bytes, self.core.cfg.num_local_experts
-        ids, slots = [0, min(1, n_e - 1)], self._slots_np[0][:2]
-        region = self.core.pool.view(-1).narrow(0, int(slots[0]) * sb, 2 * sb)
-        copy, launch = self._rt.addresses
-        raw = self.stream.cuda_stream if self.stream is not None else 0
+        ids = list(range(min(2, self.width, self.core.cfg.num_local_experts)))
+        sb = self.core.plan.slot_bytes
+        region = self.core.pool.view(-1).narrow(0, int(self._slots_np[0][0]) * sb, len(ids) * sb)
+
+        def copied(batch: bool) -> None:
+            self._issue(0, 0, ids, [0.5] * len(ids), 0, batch)
+            if self.stream is not None:
+                self.stream.synchronize()
+
         why = ""
         try:
-            for fn_, abi_ in ((copy, 0), (fn, abi)):
-                if abi_:
-                    want = region.clone()
-                    region.zero_()
-                self.native.lane_issue(fn_, launch, raw, 0, self.core.pool.data_ptr(), sb, MAX_PITCH,
-                                       self.parts_array(0), slots, self.np_route[0], ids, [0.5, 0.5], abi_)
-                if self.stream is not None:
-                    self.stream.synchronize()
+            copied(False)
+            want = region.clone()
+            region.zero_()
+            copied(True)
             if not torch.equal(region, want):
                 why = "it landed other bytes than the 2-D copies"
         except KernelError as exc:
