@@ -151,16 +151,20 @@ def computing(engine: Engine) -> contextlib.AbstractContextManager[Any]:
     return res.computing() if res is not None else contextlib.nullcontext()
 
 
+def stops_biased_away(engine: Any) -> tuple[tuple[int, float], ...]:
+    """logit_bias that keeps a raw completion from stopping: <|return|>, <|call|> and <|endoftext|> at -100, so a run
+    decodes all its tokens (a sparse bias, the same in every sampler setting, greedy included)."""
+    sp = engine.special
+    return tuple((t, -100.0) for t in sorted({sp.return_, sp.call, sp.endoftext}))
+
+
 def _decode_once(engine: Engine, prompt: list[int], tokens: int, temperature: float = 0.0,
                  top_p: float = 1.0) -> DecodeRun:
     """One run through the engine's generation loop and its sampler (seeded: repeats agree)."""
     from engine.types import Done, GenerationParams
 
-    # the raw completion stops at <|return|>, <|call|> and <|endoftext|>: biased away (-100) so every
-    # run decodes all its tokens; the same sparse bias runs in every setting, greedy included
-    sp = engine.special
-    ban = tuple((t, -100.0) for t in sorted({sp.return_, sp.call, sp.endoftext}))
-    params = GenerationParams(max_tokens=tokens + 1, temperature=temperature, top_p=top_p, seed=0, logit_bias=ban)
+    params = GenerationParams(max_tokens=tokens + 1, temperature=temperature, top_p=top_p, seed=0,
+                              logit_bias=stops_biased_away(engine))
     window = RunWindow(engine)
     f0 = read_faults()
     done: Done | None = None

@@ -42,11 +42,10 @@ def _through_generate(eng: Any, be: Any, prompt: list[int], tokens: int) -> dict
     """``tokens`` tokens through the shipped generation loop (Engine.complete: the sampler at temperature 0, the
     detokenizer, the events) after ``prompt``, as `neural bench decode` runs it; the time a token spends in the
     backend's forward apart from the rest (what the loop adds to the plain forwards)."""
+    from bench.harness.engine_bench import stops_biased_away
     from engine.types import Done, GenerationParams
 
-    sp = eng.special  # the raw completion stops at these: biased away so that every token is decoded
-    ban = tuple((t, -100.0) for t in sorted({sp.return_, sp.call, sp.endoftext}))
-    params = GenerationParams(max_tokens=tokens + 1, temperature=0.0, seed=0, logit_bias=ban)
+    params = GenerationParams(max_tokens=tokens + 1, temperature=0.0, seed=0, logit_bias=stops_biased_away(eng))
     inner = be.forward
     spent = [0.0, 0]
     me = threading.get_ident()  # the loop's thread; the prompt runs on the engine's prompt thread

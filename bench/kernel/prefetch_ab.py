@@ -21,11 +21,10 @@ from typing import Any
 
 def decode_rate(eng: Any, tokens: int) -> float:
     """tok/s of ``tokens`` greedy tokens after a short prompt (Engine.complete, as `neural bench decode` runs it)."""
+    from bench.harness.engine_bench import stops_biased_away
     from engine.types import Done, GenerationParams
 
-    sp = eng.special
-    ban = tuple((t, -100.0) for t in sorted({sp.return_, sp.call, sp.endoftext}))
-    params = GenerationParams(max_tokens=tokens, temperature=0.0, seed=0, logit_bias=ban)
+    params = GenerationParams(max_tokens=tokens, temperature=0.0, seed=0, logit_bias=stops_biased_away(eng))
     done = next(ev for ev in eng.complete(list(range(100, 108)), params) if isinstance(ev, Done))
     if done.finish_reason == "error":
         raise RuntimeError(f"decode failed: {done.error}")
