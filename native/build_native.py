@@ -105,7 +105,9 @@ typedef struct neural_lane_layer_job {
     int32_t *done_flag;
     void *wait_value;
     uint64_t wait_addr;
-    int32_t hits, static_hits, misses, lane_n, probed, timed_use, failed;
+    const uint8_t *wanted;
+    int32_t capture;
+    int32_t hits, static_hits, misses, lane_n, probed, timed_use, failed, yielded, queued;
     int32_t lane_ids[8];
     double wait_us, decide_us, issue_us, cpu_us, lane_wait_us, launch_us;
 } neural_lane_layer_job;

@@ -185,7 +185,7 @@ int neural_lane_layer(neural_lane_layer_job *j) {
         return NEURAL_EINVAL;
     if (j->wait_value && j->next_exec && !j->done_flag) return NEURAL_EINVAL;
     j->failed = -1;
-    j->hits = j->static_hits = j->misses = j->lane_n = j->probed = j->timed_use = 0;
+    j->hits = j->static_hits = j->misses = j->lane_n = j->probed = j->timed_use = j->yielded = j->queued = 0;
     j->decide_us = j->issue_us = j->cpu_us = j->lane_wait_us = j->launch_us = 0.0;
     double t0 = now_us(), t;
     int queued = 0;
@@ -199,7 +199,7 @@ int neural_lane_layer(neural_lane_layer_job *j) {
             j->failed = -4;
             return rc;
         }
-        queued = 1;
+        queued = j->queued = 1;
         t = now_us();
         j->launch_us = t - t0;
         t0 = t;
@@ -232,6 +232,13 @@ int neural_lane_layer(neural_lane_layer_job *j) {
         }
     }
     j->misses = n;
+    if (j->capture) /* an admission candidate missed (no mask: any miss may be one): the caller's path captures it */
+        for (int i = 0; i < n; i++)
+            if (!j->wanted || j->wanted[ids[i]]) {
+                j->yielded = 1;
+                j->decide_us = now_us() - t0;
+                return NEURAL_OK;
+            }
     int m = 0;
     if (j->lane_most && n) {
         m = best_split(n, j->lane_most, j->fixed_ms, j->cpu_ms, j->lane_ms);

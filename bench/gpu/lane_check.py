@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                 "forced_bit_identical": all(same(forced[0], f) for f in forced[1:]),
                 "max_rel_forced_vs_off": round(max(rel), 5), "mean_rel": round(float(np.mean(rel)), 5),
                 "argmax_agree": agree, "late_steps": be.decoder.late_steps,
-                "native_layers": be.decoder.native_layers})  # decoded by the native layer call (native_layer.py)
+                # layers decoded by the native layer call (native_layer.py), and those it handed back to Python
+                "native_layers": be.decoder.native_layers, "native_yields": be.decoder.native_yields})
     rel_res = rel_of(resident)
     out["max_rel_resident_vs_off"] = round(max(rel_res), 5)
     out["argmax_agree_resident"] = float(np.mean([int(a.argmax()) == int(b.argmax())

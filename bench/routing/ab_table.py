@@ -17,7 +17,7 @@ import sys
 
 LETTERS = "abcd"
 HEAD = ("| run | tok/s | VRAM hit | ms a token: wall / cpu / lane start (of it the split) / lane wait / gpu wait / "
-        "launch | lane experts a token | native layers a token | split CPU / lane ms an expert |")
+        "launch | lane experts a token | native layers (yields) a token | split CPU / lane ms an expert |")
 
 
 def _row(name: str, d: dict) -> str:
@@ -25,7 +25,8 @@ def _row(name: str, d: dict) -> str:
     return (f"| {name} | {d['tok_s_MEASURED']:.2f} | {d['vram_hit_rate_MEASURED']:.3f} | {ph['wall']:.2f} / "
             f"{ph['cpu']:.2f} / {ph.get('lane_start', 0):.2f} ({ph.get('lane_decide', 0):.2f}) / "
             f"{ph.get('lane_wait', 0):.2f} / {ph['gpu_wait']:.2f} / {ph['launch']:.2f} | "
-            f"{d.get('lane_experts_per_token')} | {d.get('native_layers_per_token')} | "
+            f"{d.get('lane_experts_per_token')} | {d.get('native_layers_per_token')} "
+            f"({d.get('native_yields_per_token')}) | "
             f"{sp.get('cpu_ms')} / {sp.get('lane_ms')} |")
 
 

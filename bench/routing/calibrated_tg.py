@@ -71,7 +71,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             adm = dec.residency.stats
             a0 = adm.admissions
             l0 = dec.stats.lane_experts
-            n0 = dec.native_layers
+            n0, y0 = dec.native_layers, dec.native_yields
         t0 = time.perf_counter()
         for tok in timed:
             int(torch.argmax(forward([tok])))  # the greedy pick: a host sync per token, as the engine's sampler
@@ -93,6 +93,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         out["lane_check"] = getattr(be, "lane_check", {})
         # layers whose host work ran as one native call (engine/gpu/native_layer.py; the rest: the Python path)
         out["native_layers_per_token"] = (dec.native_layers - n0) / a.tokens
+        out["native_yields_per_token"] = (dec.native_yields - y0) / a.tokens  # handed back: a candidate missed
         out["lane_split"] = dec.lane.report() if dec.lane is not None else None  # rates, probes (lane_split.py)
         p1 = _phase_totals(dec.stats)
         out["phases_ms"] = {k: round(1e3 * (p1[k] - p0[k]) / a.tokens, 3) for k in p0}

@@ -75,6 +75,8 @@ class AdmissionPolicy:
         self.pending: set[Key] = set()
         self.fill: set[Key] = set()  # the last prompt's target experts not yet resident (Residency.plan_fill)
         self._since = 0
+        self._mask = np.zeros((layers, experts), dtype=np.uint8)
+        self._mask_of: tuple[int, int, int, int] | None = None
 
     @property
     def frozen(self) -> bool:
@@ -137,6 +139,20 @@ class AdmissionPolicy:
 
     def wants(self, key: Key) -> bool:
         return key in self.pending or key in self.fill
+
+    def wanted_mask(self) -> np.ndarray:
+        """uint8 [layers, experts], 1 for every pending or fill key: the same array each call, brought up to date
+        in place. The native decode layer (native_layer.py) hands a layer that misses one back to the Python path,
+        so a key must be in it whenever :meth:`wants` holds; keys since admitted may linger (a needless hand-back)
+        until the sets change. They are replaced (refresh, plan_fill) or shrink; a set grown in place is seen by
+        its size."""
+        sig = (id(self.pending), len(self.pending), id(self.fill), len(self.fill))
+        if sig != self._mask_of:
+            self._mask[:] = 0
+            for key in self.pending | self.fill:
+                self._mask[key] = 1
+            self._mask_of = sig
+        return self._mask
 
     def admitted(self, key: Key) -> None:
         self.pending.discard(key)

@@ -205,7 +205,8 @@ class GpuBackend:
         if rt is None or experts is None:
             log.info("decode native layer off: no native kernel, bare graph launches or runtime functions")
             return
-        self.decoder.native_layer = NativeLayer(self.core, experts, lane, rt, self.pool.n_static)
+        self.decoder.native_layer = NativeLayer(self.core, experts, lane, rt, self.pool.n_static,
+                                                self.policy.wanted_mask())
 
     def _start_ram_residency(self):  # -> ResidencyManager | None
         """RAM residency for the experts the CPU reads (the misses): warm-up in the order of the

@@ -143,6 +143,7 @@ class Decoder:
         # call (native_layer.py) where no admission capture is possible; the backend sets it (decode_native_layer)
         self.native_layer: NativeLayer | None = None
         self.native_layers = 0  # layers decoded by it since load
+        self.native_yields = 0  # layers it handed back to the Python path (an admission candidate missed)
 
     def _after_layer(self, layer: int, ids: list[int], caps: dict[int, int], prompt_weight: float) -> None:
         """A computed layer's bookkeeping: copies started for its captured experts, its routing scored."""
@@ -214,12 +215,20 @@ class Decoder:
                     d, done = done, None
                     self._after_layer(*d, prompt_weight)
                 tl2 = time.perf_counter()
-                if nat is not None and (frozen or not residency.may_capture()):
+                front_queued = False  # the native call queued the next graph behind the front-end's wait, then yielded
+                if nat is not None:
+                    capture = not frozen and residency.may_capture()
+                    if capture:
+                        self.policy.wanted_mask()  # the candidates as they stand (the array the jobs point to)
                     try:
-                        j = nat.run(layer, step, self.lane_beside)
+                        j = nat.run(layer, step, self.lane_beside, capture)
                     except KernelTimeout as exc:
                         raise GpuStall(f"GPU did not publish layer {layer} of step {step} within "
                                        f"{SPIN_TIMEOUT_S:.0f} s") from exc
+                    # yielded: a missed expert is an admission candidate; the Python path below captures it
+                    front_queued = bool(j.yielded and j.queued)
+                    self.native_yields += bool(j.yielded)
+                if nat is not None and not j.yielded:
                     queued = True
                     # the next graph is queued: what follows runs while the GPU computes it
                     nat.learn(layer, j)
@@ -236,6 +245,7 @@ class Decoder:
                     st.adm_after += tl2 - tl1
                     st.admission += tl2 - tl1
                     continue
+                queued = queued or front_queued
                 self._wait(layer, step)
                 tl3 = time.perf_counter()
                 row = c.np_route[layer]
@@ -303,6 +313,8 @@ class Decoder:
                     c.np_cpu_done[layer] = step  # the result is written: layer + 1's graph goes on
                     if layer + 2 <= n:
                         c.run_early(layer + 2)  # while the GPU runs layer + 1 up to its routing
+                elif front_queued:
+                    c.np_cpu_done[layer] = step  # the graph the native call queued waits for this flag
                     launched += time.perf_counter() - tl5
                 done = (layer, ids, caps)
                 kinds[layer] = (ns, nh - ns, k - nh)

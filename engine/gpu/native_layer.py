@@ -9,11 +9,14 @@ all in C with the split's arithmetic and tie rule; this module fills its per-lay
 layer's graph already queued), does the bookkeeping the GPU does not wait for: the split's learning and probes, the
 lane's counters and timed uses.
 
-Used for a layer where nothing needs Python in between: the copy lane queued natively (whole experts, DMA copies),
-graphs launched by ``cudaGraphLaunch`` the plain way, and no admission capture possible for it (those layers take
-the Python path, Decoder.step). Without the lane (a PC whose CPU kernel alone fills DRAM: the copy lane's load-time
-check turns it off there), the same call serves the early launch: the routing flag, the CPU's misses, the flag the
-early-launched next layer waits on, the launch of the layer after it. Setting: ``decode_native_layer``.
+Used where nothing needs Python in between: the copy lane queued natively (whole experts, DMA copies), graphs
+launched by ``cudaGraphLaunch`` the plain way. A layer that misses an admission candidate
+(AdmissionPolicy.wanted_mask) is handed back right after its routing is read, and Decoder.step's Python path captures
+the expert as the CPU reads it (calibrated decode admits ~1 expert a token at 18 layers); until session 28 every layer
+took the Python path while any candidate existed, so adaptive residency never used the call. Without the lane (a PC
+whose CPU kernel alone fills DRAM: the copy lane's load-time check turns it off there), the same call serves the early
+launch: the routing flag, the CPU's misses, the flag the early-launched next layer waits on, the launch of the layer
+after it. Setting: ``decode_native_layer``.
 """
 
 from __future__ import annotations
@@ -95,9 +98,12 @@ def early_runtime_for(core: Any) -> Runtime | None:
 
 
 class NativeLayer:
-    def __init__(self, core: Any, experts: Any, lane: CopyLane | None, rt: Runtime, n_static: int) -> None:
+    def __init__(self, core: Any, experts: Any, lane: CopyLane | None, rt: Runtime, n_static: int,
+                 wanted: np.ndarray | None = None) -> None:
         """``experts``: the NativeExperts adapter of the CPU misses (its kernel, shape and descriptors);
-        ``n_static``: slots below it hold the static hot set (counted apart in the step's statistics). Without a
+        ``n_static``: slots below it hold the static hot set (counted apart in the step's statistics); ``wanted``:
+        uint8 [layers, experts], 1 for admission candidates (AdmissionPolicy.wanted_mask, updated in place): a layer
+        that misses one is handed back to the Python path, which captures it (run's ``capture``). Without a
         ``lane``, the early launch's mode: the call raises the layer's CPU flag (np_cpu_done) and launches the
         graph of the layer after next (GpuCore.run_early), as the Python path does."""
         self.core, self.experts, self.lane, self.rt = core, experts, lane, rt
@@ -106,6 +112,7 @@ class NativeLayer:
         # a step that stops half-way must raise the flags it left, as the early launch's does
         self.front_end = lane is not None and bool(rt.wait_value)
         self.n_static = n_static
+        self.wanted = wanted
         self.kernel = experts.kernel
         self.ffi = self.kernel.ffi
         n = core.cfg.num_hidden_layers
@@ -135,6 +142,8 @@ class NativeLayer:
         self._keep.append(table)
         j.table, j.n_experts = table, e
         j.x = self._ptr("float *", c.np_t)
+        if self.wanted is not None:
+            j.wanted = self._ptr("uint8_t *", self.wanted[layer])
         j.out = self._ptr("float *", c.np_cpu_moe[p])
         j.launch = ffi.cast("void *", rt.launch)
         j.next_stream = ffi.cast("void *", self._stream)
@@ -174,13 +183,17 @@ class NativeLayer:
                 if j is not None:
                     j.next_stream = self.ffi.cast("void *", s)
 
-    def run(self, layer: int, step: int, beside: bool = False) -> Any:
+    def run(self, layer: int, step: int, beside: bool = False, capture: bool = False) -> Any:
         """The layer's miss path (the next graph launched at its end); returns the job with its results. ``beside``:
-        the CPU's misses start before the lane is queued (settings.decode_lane_beside)."""
+        the CPU's misses start before the lane is queued (settings.decode_lane_beside). ``capture``: a capture buffer
+        is free and candidates exist; a miss among ``wanted`` (any miss without it) then ends the call right after
+        the routing is read (``j.yielded``; ``j.queued`` where the next graph is already queued behind the
+        front-end's wait)."""
         j = self.jobs[layer]
         if j is None:
             j = self.jobs[layer] = self._job(layer)
         j.step = step
+        j.capture = capture
         lane = self.lane
         if lane is None:
             self.kernel.lane_layer(j)

@@ -317,3 +317,25 @@ def test_victim_pick_equals_the_slot_by_slot_rule() -> None:
                         want, best = s.index, float(scores[s.key])
             assert pool.pick_victim(scores, below, allowed) == want, (trial, allowed)
         pool.check()
+
+
+def test_the_wanted_mask_holds_every_wanted_key() -> None:
+    """AdmissionPolicy.wanted_mask (what the native decode layer yields on): one array, updated in place, holding
+    every key wants() holds through refreshes, fills, admissions and a set grown in place."""
+    rng = np.random.default_rng(3)
+    pool, policy, res, _ = make(layers=3, experts=8, slots=6, static=2)
+    mask = policy.wanted_mask()
+    for step in range(40):
+        policy.observe(int(rng.integers(0, 3)), rng.integers(0, 8, 2))
+        if step % 7 == 0:
+            res.plan_fill(rng.integers(0, 8, (4, 3, 2)), 4)
+        if step % 5 == 0 and policy.pending:
+            policy.admitted(sorted(policy.pending)[0])
+        if step == 20:
+            policy.fill.add((2, 7))  # grown in place
+        policy.token_done(pool)
+        got = policy.wanted_mask()
+        assert got is mask
+        want = np.array([[policy.wants((layer, e)) for e in range(8)] for layer in range(3)])
+        assert (mask[want] == 1).all(), step
+        assert (mask == want).all(), step  # after any change it is rebuilt exactly

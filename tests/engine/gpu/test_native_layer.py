@@ -87,13 +87,14 @@ class FakeRuntime:
 
 
 def native_backend(ck: Checkpoint, cpu_ms: float, lane_ms: float, fail: str = "",
-                   layers: bool = True, abi: int = 0) -> tuple[GpuBackend, FakeRuntime]:
-    be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True)
+                   layers: bool = True, abi: int = 0, **kw: object) -> tuple[GpuBackend, FakeRuntime]:
+    be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True, **kw)
     lane = CopyLane(be.core, mapped(ck, be), width=2)
     lane.rates.fix(cpu_ms, lane_ms)
     be.decoder.lane = lane
     rt = FakeRuntime(be, lane, fail, layers=layers, abi=abi)
-    be.decoder.native_layer = NativeLayer(be.core, be.misses.experts, lane, rt.runtime, be.pool.n_static)
+    be.decoder.native_layer = NativeLayer(be.core, be.misses.experts, lane, rt.runtime, be.pool.n_static,
+                                          be.policy.wanted_mask())
     return be, rt
 
 
@@ -268,8 +269,9 @@ class EarlyEmulation:
             c.run_layer(i) if i < c.cfg.num_hidden_layers else c.run_tail()
 
 
-def early_backend(ck: Checkpoint, monkeypatch: pytest.MonkeyPatch, native: bool) -> tuple[GpuBackend, EarlyEmulation]:
-    be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True)
+def early_backend(ck: Checkpoint, monkeypatch: pytest.MonkeyPatch, native: bool,
+                  **kw: object) -> tuple[GpuBackend, EarlyEmulation]:
+    be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True, **kw)
     emu = EarlyEmulation(be)
     monkeypatch.setattr(type(be.core), "can_early", property(lambda self: True))
     be.core.run_early = emu.launch  # type: ignore[method-assign]
@@ -290,7 +292,8 @@ def early_backend(ck: Checkpoint, monkeypatch: pytest.MonkeyPatch, native: bool)
         addr = ctypes.cast(cb, ctypes.c_void_p).value or 0
         n = ck.config.num_hidden_layers
         rt = Runtime(0, addr, 0, 0, tuple(EARLY + i for i in range(n)), STREAM, None, 0, None)
-        be.decoder.native_layer = NativeLayer(be.core, be.misses.experts, None, rt, be.pool.n_static)
+        be.decoder.native_layer = NativeLayer(be.core, be.misses.experts, None, rt, be.pool.n_static,
+                                              be.policy.wanted_mask())
     return be, emu
 
 
@@ -358,12 +361,12 @@ class FrontEnd:
             self._cbs[2](exe, STREAM)
 
 
-def front_end_backend(ck: Checkpoint, fail: str = "") -> tuple[GpuBackend, FakeRuntime, FrontEnd]:
-    be, rt = native_backend(ck, 0.1, 0.35, fail)
+def front_end_backend(ck: Checkpoint, fail: str = "", **kw: object) -> tuple[GpuBackend, FakeRuntime, FrontEnd]:
+    be, rt = native_backend(ck, 0.1, 0.35, fail, **kw)
     lane = be.decoder.lane
     assert lane is not None
     fe = FrontEnd(be, rt)
-    nat = NativeLayer(be.core, be.misses.experts, lane, fe.runtime, be.pool.n_static)
+    nat = NativeLayer(be.core, be.misses.experts, lane, fe.runtime, be.pool.n_static, be.policy.wanted_mask())
     assert nat.front_end
     run = nat.run
     nat.run = lambda *a: (fe.flush(), run(*a))[1]  # type: ignore[method-assign]
@@ -400,3 +403,69 @@ def test_a_step_that_fails_releases_the_queued_graphs(tiny_ck: Checkpoint) -> No
     assert (be.core.np_cpu_done == step).all()  # what a graph queued behind a flag waits for
     fe.flush()
     assert not fe.held
+
+
+ADAPTIVE = {"refresh_every": 1, "refresh_m": 6}  # candidates every token: layers that miss one yield
+
+
+def python_path(ck: Checkpoint, cpu_ms: float, lane_ms: float, **kw: object) -> GpuBackend:
+    """The same backend with the lane and no native layer: every layer through Decoder.step's Python."""
+    be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True, **kw)
+    lane = CopyLane(be.core, mapped(ck, be), width=2)
+    lane.rates.fix(cpu_ms, lane_ms)
+    be.decoder.lane = lane
+    return be
+
+
+def same_residency(a: GpuBackend, b: GpuBackend) -> None:
+    assert a.residency.stats.admissions == b.residency.stats.admissions > 0
+    assert a.pool.where == b.pool.where and a.policy.pending == b.policy.pending
+    np.testing.assert_array_equal(a.decoder.stats.per_layer_kinds, b.decoder.stats.per_layer_kinds)
+
+
+def test_a_layer_that_misses_a_candidate_takes_the_python_path(tiny_ck: Checkpoint) -> None:
+    """Adaptive residency: a layer whose misses include an admission candidate is handed back after the routing is
+    read (the Python path captures it as the CPU reads it); every other layer stays in the native call. The same
+    logits bit for bit, the same admissions and slots as the Python path alone."""
+    tokens = LANE_TOKENS
+    plain = python_path(tiny_ck, 0.1, 0.35, **ADAPTIVE)
+    want = torch.stack([plain.forward([t]) for t in tokens])
+    be, _ = native_backend(tiny_ck, 0.1, 0.35, **ADAPTIVE)
+    got = torch.stack([be.forward([t]) for t in tokens])
+    assert torch.equal(got, want)
+    same_residency(be, plain)
+    d, n = be.decoder, len(tokens) * tiny_ck.config.num_hidden_layers
+    assert 0 < d.native_yields < n and 0 < d.native_layers < n and d.native_layers + d.native_yields == n
+    # a mask of nothing wanted never yields, and the missed candidates then go uncaptured: fewer admissions
+    be2, _ = native_backend(tiny_ck, 0.1, 0.35, **ADAPTIVE)
+    nat = be2.decoder.native_layer
+    assert nat is not None
+    nat.wanted = np.zeros_like(be2.policy.wanted_mask())
+    torch.stack([be2.forward([t]) for t in tokens])
+    assert be2.decoder.native_yields == 0 and be2.residency.stats.admissions < be.residency.stats.admissions
+
+
+def test_a_yield_behind_the_front_ends_wait_raises_the_flag(tiny_ck: Checkpoint) -> None:
+    """decode_front_end_wait: a call that yields has already queued the next graph behind the layer's CPU flag;
+    the Python path raises that flag after the CPU's work and launches nothing again."""
+    tokens = LANE_TOKENS[:4]
+    plain = python_path(tiny_ck, 0.1, 0.35, **ADAPTIVE)
+    want = torch.stack([plain.forward([t]) for t in tokens])
+    be, rt, fe = front_end_backend(tiny_ck, **ADAPTIVE)
+    got = torch.stack([be.forward([t]) for t in tokens])
+    assert torch.equal(got, want) and not fe.held and be.decoder.native_yields > 0
+    same_residency(be, plain)
+    n = tiny_ck.config.num_hidden_layers
+    released = [x for k, x in rt.log if k == "released"]
+    assert released == [i + 1 for _ in tokens for i in range(n)]  # each graph once, in order
+
+
+def test_the_early_launchs_call_yields_too(tiny_ck: Checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = LANE_TOKENS[:4]
+    plain, emu_py = early_backend(tiny_ck, monkeypatch, native=False, **ADAPTIVE)
+    want = torch.stack([plain.forward([t]) for t in tokens])
+    be, emu = early_backend(tiny_ck, monkeypatch, native=True, **ADAPTIVE)
+    got = torch.stack([be.forward([t]) for t in tokens])
+    assert torch.equal(got, want) and emu.ran == emu_py.ran and not emu.held
+    assert be.decoder.native_yields > 0 and be.decoder.native_layers > 0
+    same_residency(be, plain)
