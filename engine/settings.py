@@ -82,22 +82,24 @@ class EngineSettings:
     # queueing barely shorter (0.86-1.41 against 1.31-1.91 ms a token) and the lane slower (0.36-0.39 ms an expert)
     decode_lane_pull: bool = False
     # with the copy lane queued natively: a layer's copies (six parts an expert) in one cudaMemcpyBatchAsync (CUDA
-    # 12.8+) instead of one cudaMemcpy2DAsync per part, the same bytes into the same slots; lane_start is what the
-    # runtime calls cost once Python is gone (six copies 26-54 us a layer warm, session 25). Off until measured on
-    # the GPU (session 27, no device time): bench/gpu/zero_copy_probe.py times both, then
-    # `FLAG=decode_lane_batch bash bench/device/lane_flag_ab.sh`
+    # 12.8+) instead of one cudaMemcpy2DAsync per part, the same bytes into the same slots. Off: session 28 (H200,
+    # CUDA 13.0 runtime, driver 580) measured the one batch call at 202-213 us of host time warm against 35-48 us for
+    # the 2-D copies of the same experts (bench.gpu.batch_copy_probe), the same GPU time, and calibrated decode at
+    # 0.78x (cal_ab A B C D D C B A: 59.67 against 76.33 tok/s), the same logits (lane_check hashes)
     decode_lane_batch: bool = False
     # with the copy lane (queued natively, plain launches): a decode layer's host work from its routing flag to the
     # next graph's launch (the split, the lane's queueing, the CPU's misses, the wait for the lane, the launch) in one
-    # native call (engine/gpu/native_layer.py), not Python run on caches the CPU experts have just flushed; layers
-    # where an admission capture is possible keep the Python path; with decode_lane_beside the CPU's misses start
-    # before the lane is queued there too. Off until measured on the GPU (written in session 26 without device
-    # time; the interpreter's tests show the Python path's bits): `FLAG=decode_native_layer bash
-    # bench/device/lane_flag_ab.sh`
-    decode_native_layer: bool = False
+    # native call (engine/gpu/native_layer.py), not Python run on caches the CPU experts have just flushed; a layer
+    # that misses an admission candidate is handed back to the Python path, which captures it. Session 28 (H200,
+    # calibrated, 18 layers, cal_ab A B B A x2): 93.89 against 78.43 tok/s (1.197x; lane_start 0.45-0.64 against
+    # 1.36-1.74 ms a token, 17 native layers and 1 hand-back a token), the same logits (lane_check hashes); with it
+    # the one-lease peer call read 2.60x llama.cpp calibrated and 2.00x uniform (docs/performance.md)
+    decode_native_layer: bool = True
     # with decode_native_layer beside the lane: the next layer's graph queued at the start of a layer's call, behind
     # cuStreamWaitValue32 on the layer's CPU flag (the GPU's front-end waits, no kernel polls), so it starts without
-    # the host's launch after the CPU's work. Off until measured: bench/gpu/wait_value_probe.py first
+    # the host's launch after the CPU's work. Off: session 28 (H200) woke the front-end in 6.65 us against a polling
+    # kernel's 24.56 (bench.gpu.wait_value_probe), but calibrated decode read 78.01 against the native layer's 93.89
+    # tok/s (A B C C B A x2, one run of four at 53.9: not clearly worse, not better)
     decode_front_end_wait: bool = False
     refresh_every: int = 8  # tokens between admission refreshes; 0 freezes residency
     refresh_m: int = 16  # admissions per refresh

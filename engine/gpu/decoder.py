@@ -140,7 +140,8 @@ class Decoder:
         self.lane: CopyLane | None = None  # some misses copied to the GPU and computed there (copy_lane.py)
         self.lane_early = False  # early launches beside the lane: only with the gentle poll (early_poll_ns > 0)
         # with the lane and plain launches: a layer's host work from its routing to the next launch in one native
-        # call (native_layer.py) where no admission capture is possible; the backend sets it (decode_native_layer)
+        # call (native_layer.py), handing back a layer that misses an admission candidate; the backend sets it
+        # (decode_native_layer)
         self.native_layer: NativeLayer | None = None
         self.native_layers = 0  # layers decoded by it since load
         self.native_yields = 0  # layers it handed back to the Python path (an admission candidate missed)
