@@ -95,6 +95,12 @@ class EngineSettings:
     # 1.36-1.74 ms a token, 17 native layers and 1 hand-back a token), the same logits (lane_check hashes); with it
     # the one-lease peer call read 2.60x llama.cpp calibrated and 2.00x uniform (docs/performance.md)
     decode_native_layer: bool = True
+    # decode_native_layer without the copy lane (Windows, where direct copies are off; a PC whose load-time lane
+    # check says the lane does not pay): the same call serves the early launch (the CPU flag, the launch of the layer
+    # after next). Off until measured on a GPU: its bits are tested under the interpreter only, and session 28's
+    # A/B ran beside the lane. Its A/B: A="decode_lane=off" B="decode_lane=off decode_native_early=true" bash
+    # bench/device/cal_ab.sh
+    decode_native_early: bool = False
     # with decode_native_layer beside the lane: the next layer's graph queued at the start of a layer's call, behind
     # cuStreamWaitValue32 on the layer's CPU flag (the GPU's front-end waits, no kernel polls), so it starts without
     # the host's launch after the CPU's work. Off: session 28 (H200) woke the front-end in 6.65 us against a polling
@@ -173,7 +179,7 @@ class EngineSettings:
             raise bad("early_poll_ns", "must be a whole number of nanoseconds between 0 and 100000")
         for flag in ("gpu_prefill", "warm_prompt", "early_launch", "decode_lane_split", "decode_lane_beside",
                      "decode_lane_native", "decode_lane_pull", "decode_lane_batch", "decode_native_layer",
-                     "decode_front_end_wait"):
+                     "decode_native_early", "decode_front_end_wait"):
             if not isinstance(getattr(self, flag), bool):
                 raise bad(flag, "must be true or false")
         if self.prompt_split not in ("auto", "fixed"):
