@@ -72,11 +72,30 @@ class AdmissionPolicy:
         self.s = settings
         self.scores = np.zeros((layers, experts), dtype=np.float64)
         self.counts = np.zeros((layers, experts), dtype=np.int64)  # lifetime routing (hot-set ranking)
-        self.pending: set[Key] = set()
-        self.fill: set[Key] = set()  # the last prompt's target experts not yet resident (Residency.plan_fill)
+        self._version = 0  # bumped by every change made through the policy (wanted_mask's signature)
+        self._pending: set[Key] = set()
+        self._fill: set[Key] = set()  # the last prompt's target experts not yet resident (Residency.plan_fill)
         self._since = 0
         self._mask = np.zeros((layers, experts), dtype=np.uint8)
-        self._mask_of: tuple[int, int, int, int] | None = None
+        self._mask_of: tuple[int, int, int] | None = None
+
+    @property
+    def pending(self) -> set[Key]:
+        return self._pending
+
+    @pending.setter
+    def pending(self, keys: set[Key]) -> None:
+        self._pending = keys
+        self._version += 1
+
+    @property
+    def fill(self) -> set[Key]:
+        return self._fill
+
+    @fill.setter
+    def fill(self, keys: set[Key]) -> None:
+        self._fill = keys
+        self._version += 1
 
     @property
     def frozen(self) -> bool:
@@ -143,10 +162,10 @@ class AdmissionPolicy:
     def wanted_mask(self) -> np.ndarray:
         """uint8 [layers, experts], 1 for every pending or fill key: the same array each call, brought up to date
         in place. The native decode layer (native_layer.py) hands a layer that misses one back to the Python path,
-        so a key must be in it whenever :meth:`wants` holds; keys since admitted may linger (a needless hand-back)
-        until the sets change. They are replaced (refresh, plan_fill) or shrink; a set grown in place is seen by
-        its size."""
-        sig = (id(self.pending), len(self.pending), id(self.fill), len(self.fill))
+        so a key must be in it whenever :meth:`wants` holds. The sets change by assignment or :meth:`admitted`
+        (each bumps a version; ids were not enough: a new set can reuse a freed one's address); a set grown in place
+        is still seen by its size."""
+        sig = (self._version, len(self._pending), len(self._fill))
         if sig != self._mask_of:
             self._mask[:] = 0
             for key in self.pending | self.fill:
@@ -155,8 +174,9 @@ class AdmissionPolicy:
         return self._mask
 
     def admitted(self, key: Key) -> None:
-        self.pending.discard(key)
-        self.fill.discard(key)
+        self._pending.discard(key)
+        self._fill.discard(key)
+        self._version += 1
 
 
 class Copier(Protocol):
@@ -243,7 +263,7 @@ class Residency:
             if key in self.policy.fill and key not in self.policy.pending:
                 slot = self._fill_slot()
                 if slot is None:
-                    self.policy.fill.clear()  # no free or stale slot left: the target is in
+                    self.policy.fill = set()  # no free or stale slot left: the target is in
             else:
                 slot = self.pool.pick_victim(self.policy.scores, below=float(self.policy.scores[key]))
             if slot is None:

@@ -323,9 +323,9 @@ def test_the_wanted_mask_holds_every_wanted_key() -> None:
     """AdmissionPolicy.wanted_mask (what the native decode layer yields on): one array, updated in place, holding
     every key wants() holds through refreshes, fills, admissions and a set grown in place."""
     rng = np.random.default_rng(3)
-    pool, policy, res, _ = make(layers=3, experts=8, slots=6, static=2)
+    pool, policy, res, _ = make(layers=3, experts=8, slots=6, static=2, refresh_every=1)
     mask = policy.wanted_mask()
-    for step in range(40):
+    for step in range(400):  # a refresh every step: new sets of the same size, often at a freed set's address
         policy.observe(int(rng.integers(0, 3)), rng.integers(0, 8, 2))
         if step % 7 == 0:
             res.plan_fill(rng.integers(0, 8, (4, 3, 2)), 4)
@@ -339,3 +339,15 @@ def test_the_wanted_mask_holds_every_wanted_key() -> None:
         want = np.array([[policy.wants((layer, e)) for e in range(8)] for layer in range(3)])
         assert (mask[want] == 1).all(), step
         assert (mask == want).all(), step  # after any change it is rebuilt exactly
+
+
+def test_the_wanted_mask_follows_a_set_replaced_twice() -> None:
+    """Two replacements between looks: the second set may take the first one's freed address (CPython reuses it),
+    so the mask cannot go by the sets' ids."""
+    _, policy, _, _ = make(layers=2, experts=8)
+    for e in range(1, 7):
+        policy.pending = {(0, e)}
+        policy.wanted_mask()
+        policy.pending = {(1, e)}
+        policy.pending = {(0, e + 1)}
+        assert policy.wanted_mask()[0, e + 1] == 1 and policy.wanted_mask().sum() == 1
