@@ -262,10 +262,10 @@ int neural_lane_issue(void *copy2d, int copy_abi, void *launch, void *stream, vo
    front-end starts it once the flag is stored, with no launch after the CPU's work (failed -6: that wait).
    With beside set the CPU's misses start on the worker threads (neural_moe_token_begin) before the lane is queued
    and this thread joins them after (neural_moe_token_end; cpu_us is then their span), the same bits.
-   With capture set and a miss whose wanted[id] is 1 (any miss where wanted is NULL) (an admission candidate: the caller's path copies it into a
-   capture buffer as the CPU reads it), the call returns NEURAL_OK right after the routing is read with yielded
-   set, hits and misses counted and nothing else done (queued: the next graph was already queued behind the
-   front-end's wait, which then waits for done_flag).
+   With capture set and a miss that is an admission candidate (wanted[id] is 1; any miss where wanted is NULL),
+   which the caller's path copies into a capture buffer as the CPU reads it, the call returns NEURAL_OK right after
+   the routing is read, with yielded set, hits and misses counted and nothing else done (queued: the next graph was
+   already queued behind the front-end's wait, which then waits for done_flag).
    Returns NEURAL_ETIMEOUT after timeout_us without the flag; a runtime call's error (> 0) with failed set: the
    copy's index, -2 a lane launch or record, -3 the lane's query, -4 the next launch, -5 the first record, -7 the
    batch copy. */

@@ -198,14 +198,13 @@ class GpuBackend:
 
         lane = self.decoder.lane
         experts = getattr(self.misses, "experts", None)
-        if lane is not None:
-            rt = runtime_for(self.core, lane, self.settings.decode_front_end_wait) if lane.native is not None else None
-        else:
-            early = self.decoder.early_launch and self.settings.decode_native_early
-            rt = early_runtime_for(self.core) if early else None
         if lane is None and not self.settings.decode_native_early:
             log.info("decode native layer off: no copy lane (decode_native_early is off)")
             return
+        if lane is not None:
+            rt = runtime_for(self.core, lane, self.settings.decode_front_end_wait) if lane.native is not None else None
+        else:
+            rt = early_runtime_for(self.core) if self.decoder.early_launch else None
         if rt is None or experts is None:
             log.info("decode native layer off: no native kernel, bare graph launches or runtime functions")
             return

@@ -314,9 +314,9 @@ class Decoder:
                     c.np_cpu_done[layer] = step  # the result is written: layer + 1's graph goes on
                     if layer + 2 <= n:
                         c.run_early(layer + 2)  # while the GPU runs layer + 1 up to its routing
+                    launched += time.perf_counter() - tl5
                 elif front_queued:
                     c.np_cpu_done[layer] = step  # the graph the native call queued waits for this flag
-                    launched += time.perf_counter() - tl5
                 done = (layer, ids, caps)
                 kinds[layer] = (ns, nh - ns, k - nh)
                 if routing is not None:

@@ -86,12 +86,20 @@ class FakeRuntime:
                                (LANE, LANE + 1), LANE_STREAM, ((EVENT, EVENT + 1, EVENT + 2),) * 2, copy_abi=abi)
 
 
-def native_backend(ck: Checkpoint, cpu_ms: float, lane_ms: float, fail: str = "",
-                   layers: bool = True, abi: int = 0, **kw: object) -> tuple[GpuBackend, FakeRuntime]:
+def python_path(ck: Checkpoint, cpu_ms: float, lane_ms: float, **kw: object) -> GpuBackend:
+    """A backend with the copy lane at fixed rates and no native layer: every layer through Decoder.step's Python."""
     be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True, **kw)
     lane = CopyLane(be.core, mapped(ck, be), width=2)
     lane.rates.fix(cpu_ms, lane_ms)
     be.decoder.lane = lane
+    return be
+
+
+def native_backend(ck: Checkpoint, cpu_ms: float, lane_ms: float, fail: str = "",
+                   layers: bool = True, abi: int = 0, **kw: object) -> tuple[GpuBackend, FakeRuntime]:
+    be = python_path(ck, cpu_ms, lane_ms, **kw)
+    lane = be.decoder.lane
+    assert lane is not None
     rt = FakeRuntime(be, lane, fail, layers=layers, abi=abi)
     be.decoder.native_layer = NativeLayer(be.core, be.misses.experts, lane, rt.runtime, be.pool.n_static,
                                           be.policy.wanted_mask())
@@ -101,10 +109,9 @@ def native_backend(ck: Checkpoint, cpu_ms: float, lane_ms: float, fail: str = ""
 @pytest.mark.parametrize("cpu_ms,lane_ms", [(10.0, 0.01), (0.1, 0.35)])  # two of 4 misses down the lane; one
 def test_native_layers_decode_the_python_paths_bits(tiny_ck: Checkpoint, cpu_ms: float, lane_ms: float) -> None:
     tokens = LANE_TOKENS[:4]
-    plain = make(tiny_ck, slots=10, scratch_slots=4, static_slots=4, native=True)
-    lane = CopyLane(plain.core, mapped(tiny_ck, plain), width=2)
-    lane.rates.fix(cpu_ms, lane_ms)
-    plain.decoder.lane = lane
+    plain = python_path(tiny_ck, cpu_ms, lane_ms)
+    lane = plain.decoder.lane
+    assert lane is not None
     want = torch.stack([plain.forward([t]) for t in tokens])
     be, rt = native_backend(tiny_ck, cpu_ms, lane_ms)
     got = torch.stack([be.forward([t]) for t in tokens])
@@ -406,15 +413,6 @@ def test_a_step_that_fails_releases_the_queued_graphs(tiny_ck: Checkpoint) -> No
 
 
 ADAPTIVE = {"refresh_every": 1, "refresh_m": 6}  # candidates every token: layers that miss one yield
-
-
-def python_path(ck: Checkpoint, cpu_ms: float, lane_ms: float, **kw: object) -> GpuBackend:
-    """The same backend with the lane and no native layer: every layer through Decoder.step's Python."""
-    be = make(ck, slots=10, scratch_slots=4, static_slots=4, native=True, **kw)
-    lane = CopyLane(be.core, mapped(ck, be), width=2)
-    lane.rates.fix(cpu_ms, lane_ms)
-    be.decoder.lane = lane
-    return be
 
 
 def same_residency(a: GpuBackend, b: GpuBackend) -> None:
