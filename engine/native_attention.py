@@ -3,7 +3,7 @@
 Deep in a conversation the full-attention layers dominate a CPU decode token's attention: PyTorch's
 path converts the whole bf16 K/V to fp32 per layer per token and multiplies in fp32 (about 8 ms of a
 34 ms token at 4,096 keys on the 4-layer 120b shape, 2 threads; profiled). The native call reads the
-bf16 rows once, on the experts' thread team: scores in the 16-lane order of the bf16 projections,
+bf16 rows once, on the experts' thread team: scores in a fixed 16-lane order,
 the softmax with the sink in key order, the probabilities rounded to bf16 as the GPU kernels and the
 PyTorch path round them, then P.V in key order. The same bits on every ISA; against the PyTorch path
 the sums go in another order (fp32 rounding, tested with a tolerance).

@@ -257,10 +257,11 @@ typedef struct {
 
 #define CH_LINEAR 64 /* rows per chunk: 368 KB of a 2880-wide bf16 matrix */
 
-/* out[r - r0] = dot(w[r], x) for the bf16 rows r0..r1-1 of width cols, 4 rows per gemv4_bf16 call
+/* out[r - r0] = dot(w[r], x) for the bf16 rows r0..r1-1 of width cols, 4 rows per gemv4 call
    (a tail of 1-3 rows repeats its last row) */
-static void gemv_rows(const neural_kernels *kf, const uint16_t *w, int cols, const float *x, long r0, long r1,
-                      float *out) {
+typedef void (*gemv4_fn)(const uint16_t *const w[4], const float *x, int n, float out[4]);
+
+static void gemv_rows(gemv4_fn gemv4, const uint16_t *w, int cols, const float *x, long r0, long r1, float *out) {
     for (long r = r0; r < r1; r += 4) {
         int n = (int)(r1 - r < 4 ? r1 - r : 4);
         const uint16_t *wp[4];
@@ -270,10 +271,10 @@ static void gemv_rows(const neural_kernels *kf, const uint16_t *w, int cols, con
            4-byte stores, which store forwarding cannot serve) was a fifth of a 64-wide row's cost (decode
            attention's scores on AVX2) */
         if (n == 4) {
-            kf->gemv4_bf16(wp, x, cols, out + (r - r0));
+            gemv4(wp, x, cols, out + (r - r0));
             continue;
         }
-        kf->gemv4_bf16(wp, x, cols, o);
+        gemv4(wp, x, cols, o);
         for (int i = 0; i < n; i++) out[r - r0 + i] = o[i];
     }
 }
@@ -290,7 +291,7 @@ static void linear_work(void *ctx, int tid) {
         long r0 = (c - j->first[m]) * CH_LINEAR, r1 = r0 + CH_LINEAR < rows ? r0 + CH_LINEAR : rows;
         float tmp[CH_LINEAR];
         float *dst = j->outb[m] ? tmp : j->out[m] + r0; /* dst[r - r0]: row r */
-        gemv_rows(j->kf, j->w[m], j->cols, j->x, r0, r1, dst);
+        gemv_rows(j->kf->gemv4w_bf16, j->w[m], j->cols, j->x, r0, r1, dst);
         if (j->bias[m])
             for (long r = r0; r < r1; r++) dst[r - r0] = dst[r - r0] + bf16_float(j->bias[m][r]);
         if (j->outb[m])
@@ -416,7 +417,7 @@ static void attn_work(void *ctx, int tid) {
             j->kf->scores_bf16(kh, t, d, j->q + (size_t)h * (size_t)g * (size_t)d, g, sh, ts);
         else
             for (int qi = 0; qi < g; qi++)
-                gemv_rows(j->kf, kh, d, j->q + (size_t)(h * g + qi) * (size_t)d, 0, t, sh + (size_t)qi * ts);
+                gemv_rows(j->kf->gemv4_bf16, kh, d, j->q + (size_t)(h * g + qi) * (size_t)d, 0, t, sh + (size_t)qi * ts);
         float mx[NEURAL_MAX_GROUP];
         for (int qi = 0; qi < g; qi++) {
             const long row = h * g + qi;

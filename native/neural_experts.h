@@ -181,8 +181,9 @@ int neural_advise(const void *p, size_t n, int advice);
 /* The canonical fp32 exp used by SwiGLU (exported for the reference tests). */
 float neural_expf(float x);
 /* out[r] = dot(w[r], x) (+ bias[r]) for a bf16 matrix w [rows][cols] (cols a multiple of 16),
- * bias bf16 or NULL, x fp32: 16 lanes, lane l = fma(w[r][16c + l], x[16c + l], lane l) over c
- * from +0, then the NUMERICS tree, then + bias in fp32. Rows are split over the thread team;
+ * bias bf16 or NULL, x fp32: 4 accumulators of 16 lanes, column j in accumulator (j / 16) % 4, lane
+ * j % 16, acc = fma(w[r][j], x[j], acc) in increasing j from +0; then per lane (a0 + a1) + (a2 + a3), then
+ * the NUMERICS tree, then + bias in fp32 (four fma chains a row: one chain's latency bounded a core). Rows are split over the thread team;
  * every ISA path gives the same bits. The CPU engine's one-token projections (dense layers, head). */
 int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int cols, const float *x, float *out);
 /* neural_linear_bf16 for n (1..8) matrices w[m] [rows[m]][cols] over the same x, in one pass of the team:
@@ -196,7 +197,8 @@ int neural_linear_bf16_n(int n, const uint16_t *const *w, const uint16_t *const 
 int neural_linear_bf16_nb(int n, const uint16_t *const *w, const uint16_t *const *bias, const int *rows, int cols,
                           const uint16_t *x, uint16_t *const *out);
 /* One query token's attention over bf16 K/V (the CPU engine's decode), per query head r = kv * group + j:
- * s_i = fp32(dot(q[r], K[kv][i])) * scale over the t keys (dot in neural_linear_bf16's 16-lane order),
+ * s_i = fp32(dot(q[r], K[kv][i])) * scale over the t keys (dot in 16 lanes: lane l = fma(K[16c + l], q[16c + l],
+ * lane l) over c from +0, then the NUMERICS tree),
  * m = max(sinks[r], s_0 .. s_{t-1}), e_i = neural_expf(s_i - m), denom = ((e_0 + e_1) + ...) + neural_expf(sinks[r] - m)
  * in key order, p_i = e_i rounded to bf16 when round_p, out[r][c] = (sum over i in key order of p_i * V[kv][i][c]) / denom.
  * K and V are [kv_heads] blocks of [t][d] bf16 rows, head_stride elements apart; d a multiple of 16, at most

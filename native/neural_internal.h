@@ -93,8 +93,9 @@ typedef struct neural_kernels {
     /* a[q] = SwiGLU(h[2q], h[2q+1]) for q < 16, the exact operations of the scalar SwiGLU and
        neural_expf (NULL: the caller uses the scalar code) */
     void (*swiglu16)(const float *h, float limit, float alpha, float *a);
-    /* out[i] = dot(w[i][0..n), x) for 4 bf16 rows (n a multiple of 16) in the canonical order of
-       neural_linear_bf16 (neural_experts.h) */
+    /* out[i] = dot(w[i][0..n), x) for 4 bf16 rows (n a multiple of 16) in the 16-lane order (lane l takes
+       columns 16c + l, one fma each, then the tree): decode attention's scores where scores_bf16 is NULL (the
+       scalar table; NULL where scores_bf16 is set) */
     void (*gemv4_bf16)(const uint16_t *const w[4], const float *x, int n, float out[4]);
     /* decode attention's P.V for a group of 8 query heads: acc[j * d + c] = acc[j * d + c] + p[j * ps + i] *
        v[i * d + c] for the keys i = 0..t-1 in order, c < d (a multiple of 16), v bf16 rows: a product then a
@@ -103,7 +104,7 @@ typedef struct neural_kernels {
     /* out[l] = neural_expf(x[l]) for l < 16, its exact operations (NULL: the scalar code) */
     void (*exp16)(const float *x, float *out);
     /* decode attention's scores for g query heads: s[j * ss + i] = dot(k[i * d ..], q[j * d ..]) for the keys
-       i < t and heads j < g, each in the canonical order of gemv4_bf16 (16 lanes, one fma each, the tree); K is
+       i < t and heads j < g, each in the 16-lane order of gemv4_bf16; K is
        converted once per block of 16 rows for all g heads, and a head's 16 keys share one tree (NULL: gemv4_bf16
        per head) */
     void (*scores_bf16)(const uint16_t *k, int t, int d, const float *q, int g, float *s, size_t ss);
@@ -114,6 +115,9 @@ typedef struct neural_kernels {
     /* p[i] = the bf16 rounding of p[i] (to_bf16 of neural_experts.c: nearest even, NaN quiet, magnitudes below
        2^-118 to signed zero) for i < n, as fp32 (NULL: the scalar loop) */
     void (*round_bf16)(float *p, int n);
+    /* out[i] = dot(w[i][0..n), x) for 4 bf16 rows (n a multiple of 16) in neural_linear_bf16's 64-lane order
+       (gemv4w_scalar): the one-token projections */
+    void (*gemv4w_bf16)(const uint16_t *const w[4], const float *x, int n, float out[4]);
 } neural_kernels;
 
 /*

@@ -144,8 +144,29 @@ static void gemv4_scalar(const uint16_t *const w[4], const float *x, int n, floa
     }
 }
 
+/* neural_linear_bf16's order: 4 accumulators of 16 lanes, column c in accumulator (c / 16) % 4, lane c % 16, one fma
+   each from +0; then (a0 + a1) + (a2 + a3) per lane, then the tree. Four chains a row where one chain's fma latency
+   bounded a core (one row's stream, 31-33 GB/s a core on Zen 4, session 29). */
+static void gemv4w_scalar(const uint16_t *const w[4], const float *x, int n, float out[4]) {
+    for (int r = 0; r < 4; r++) {
+        float acc[4][16], s[16];
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 16; l++) acc[k][l] = 0.0f;
+        for (int c = 0; c < n; c += 16)
+            for (int l = 0; l < 16; l++) {
+                uint32_t u = (uint32_t)w[r][c + l] << 16;
+                float v;
+                memcpy(&v, &u, sizeof v);
+                float *a = &acc[(c >> 4) & 3][l];
+                *a = fma_exact(v, x[c + l], *a);
+            }
+        for (int l = 0; l < 16; l++) s[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+        out[r] = reduce16(s);
+    }
+}
+
 const neural_kernels neural_kernels_scalar = {1, dot4_scalar, decode4_scalar, tile4_scalar, 0, NULL, read_scalar, NULL,
-                                              gemv4_scalar, NULL, NULL, NULL, NULL, NULL};
+                                              gemv4_scalar, NULL, NULL, NULL, NULL, NULL, gemv4w_scalar};
 
 #if NEURAL_X86
 /* ------------------------------------------------------------------------------------------ */
@@ -299,34 +320,37 @@ NEURAL_TARGET_AVX2 static uint64_t read_avx2(const uint8_t *p, size_t n) {
     return lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3] ^ read_scalar(p + i, n - i);
 }
 
-/* The interleaved GEMVs read four rows a row apart (every caller's rows are contiguous, n wide), so the
-   hardware prefetcher meets four short streams that restart every group. Asking for the next group's line
-   at the same column, one line per row every 32 columns, keeps it a group ahead: 12.8-13.0 -> 14.4-15.3 GB/s
-   at 1 thread and 23.2-24.6 -> 27.0-28.1 at 2 over 24 16384 x 2880 matrices from DRAM (MEASURED, 2-core
-   Sapphire Rapids VM, session 23, bench.kernel.gemv_isa --prefetch-ab avx512; half a group ahead or two groups
-   ahead read less). Off with the
-   experts' prefetch (neural_set_prefetch(0)). Always inlined: GCC 12 drops a call whose only effect is a
-   prefetch. */
-static NEURAL_INLINE void gemv4_prefetch_next(const uint16_t *const w[4], int c, int n) {
-    for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(w[r] + c + 4 * (size_t)n), _MM_HINT_T0);
-}
-
 /* 8 bf16 -> 8 fp32 (exact: the bits shifted into the high half) */
 #define BF16X8_AVX2(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 
-NEURAL_TARGET_AVX2 static void gemv4_avx2(const uint16_t *const w[4], const float *x, int n, float out[4]) {
-    __m256 al[4], ah[4];
-    const int pf = neural_prefetch_bytes != 0;
-    for (int r = 0; r < 4; r++) al[r] = ah[r] = _mm256_setzero_ps();
-    for (int c = 0; c < n; c += 16) {
-        if (pf && (c & 31) == 0) gemv4_prefetch_next(w, c, n);
-        const __m256 xl = _mm256_loadu_ps(x + c), xh = _mm256_loadu_ps(x + c + 8);
-        NEURAL_UNROLL for (int r = 0; r < 4; r++) {
-            al[r] = _mm256_fmadd_ps(BF16X8_AVX2(w[r] + c), xl, al[r]);
-            ah[r] = _mm256_fmadd_ps(BF16X8_AVX2(w[r] + c + 8), xh, ah[r]);
+/* gemv4w_scalar's order: accumulator k's 16 lanes in two ymm (a[k][0] lanes 0-7, a[k][1] lanes 8-15), 8 chains; one
+   row after another, so one sequential stream */
+NEURAL_TARGET_AVX2 static void gemv4w_avx2(const uint16_t *const w[4], const float *x, int n, float out[4]) {
+    const int pfb = neural_prefetch_bytes > 0 ? neural_prefetch_bytes : 0;
+    for (int r = 0; r < 4; r++) {
+        const uint16_t *p = w[r];
+        __m256 a[4][2];
+        NEURAL_UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
+        int c = 0;
+        for (; c + 64 <= n; c += 64) {
+            if (pfb) {
+                _mm_prefetch((const char *)(p + c) + pfb, _MM_HINT_T0);
+                _mm_prefetch((const char *)(p + c) + pfb + 64, _MM_HINT_T0);
+            }
+            NEURAL_UNROLL for (int k = 0; k < 4; k++) {
+                a[k][0] = _mm256_fmadd_ps(BF16X8_AVX2(p + c + 16 * k), _mm256_loadu_ps(x + c + 16 * k), a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(BF16X8_AVX2(p + c + 16 * k + 8), _mm256_loadu_ps(x + c + 16 * k + 8), a[k][1]);
+            }
         }
+        NEURAL_UNROLL for (int k = 0; k < 3; k++) /* the last 16-48 columns: accumulators 0.. in turn */
+            if (c + 16 * k < n) {
+                a[k][0] = _mm256_fmadd_ps(BF16X8_AVX2(p + c + 16 * k), _mm256_loadu_ps(x + c + 16 * k), a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(BF16X8_AVX2(p + c + 16 * k + 8), _mm256_loadu_ps(x + c + 16 * k + 8), a[k][1]);
+            }
+        const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0][0], a[1][0]), _mm256_add_ps(a[2][0], a[3][0]));
+        const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[0][1], a[1][1]), _mm256_add_ps(a[2][1], a[3][1]));
+        out[r] = hsum8_avx2(lo, hi);
     }
-    for (int r = 0; r < 4; r++) out[r] = hsum8_avx2(al[r], ah[r]);
 }
 
 NEURAL_TARGET_AVX2 static void pv8_avx2(const uint16_t *v, int t, int d, const float *p, size_t ps, float *acc) {
@@ -363,8 +387,8 @@ NEURAL_TARGET_AVX2 static NEURAL_INLINE __m256 hsum8x8_avx2(const __m256 *v) {
 }
 
 /* Decode attention's scores on AVX2 (scores_bf16 in neural_internal.h), as scores_nc_avx512 in 8 keys: their rows
-   converted to fp32 once for all g heads, gemv4_avx2's two 8-lane accumulators per key, one batched tree per head
-   and block. Through gemv4_avx2 per head, each K row was converted g times and each sum had its own tree. */
+   converted to fp32 once for all g heads, two 8-lane accumulators per key (the 16-lane order), one batched tree per head
+   and block. Through a 4-row GEMV per head (sessions before 24), each K row was converted g times and each sum had its own tree. */
 NEURAL_TARGET_AVX2 static NEURAL_INLINE void scores_nc_avx2(const uint16_t *k, int t, int d, const float *q, int g,
                                                              float *s, size_t ss, const int nc) {
     float kf[8 * NEURAL_MAX_HEAD_DIM];
@@ -483,8 +507,8 @@ NEURAL_TARGET_AVX2 static void round_bf16_avx2(float *p, int n) {
     }
 }
 
-const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL, gemv4_avx2,
-                                            pv8_avx2, NULL, scores_avx2, att_exp_avx2, round_bf16_avx2};
+const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL, NULL,
+                                            pv8_avx2, NULL, scores_avx2, att_exp_avx2, round_bf16_avx2, gemv4w_avx2};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
@@ -719,34 +743,33 @@ NEURAL_TARGET_AVX512 static void swiglu16_avx512(const float *h, float limit, fl
 #define BF16X16_AVX512(p) \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 
-NEURAL_TARGET_AVX512 static void gemv4_avx512(const uint16_t *const w[4], const float *x, int n, float out[4]) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const int pf = neural_prefetch_bytes != 0;
-    for (int c = 0; c < n; c += 16) {
-        if (pf && (c & 31) == 0) gemv4_prefetch_next(w, c, n);
-        const __m512 xv = _mm512_loadu_ps(x + c);
-        a0 = _mm512_fmadd_ps(BF16X16_AVX512(w[0] + c), xv, a0);
-        a1 = _mm512_fmadd_ps(BF16X16_AVX512(w[1] + c), xv, a1);
-        a2 = _mm512_fmadd_ps(BF16X16_AVX512(w[2] + c), xv, a2);
-        a3 = _mm512_fmadd_ps(BF16X16_AVX512(w[3] + c), xv, a3);
-    }
-    hsum4_avx512(a0, a1, a2, a3, out);
-}
-
-/* The same sums one row after another: each row's 16 lanes in the same order, so the same bits. One sequential
-   stream instead of four rows 5.8 KB apart: from DRAM, 25.7 against 19.2 GB/s at 1 thread and 44.6 against 36.0 at
-   2 on Zen 4 (4096-16384 x 2880 matrices, MEASURED on the 2-core VM, session 21), slower from cache (one FMA chain):
-   the decode's dense weights come from DRAM. Not in the Intel table: on a 2-core Sapphire Rapids VM it read 15.0-15.2
-   against 13.5-13.7 GB/s at 1 thread but 24.9-25.3 against 26.2-26.3 at 2 (probe 30.9; python -m
-   bench.kernel.gemv_isa, session 22, MEASURED), and decode runs on every thread. */
-NEURAL_TARGET_AVX512 static void gemv4_rows_avx512(const uint16_t *const w[4], const float *x, int n, float out[4]) {
-    __m512 a[4];
+/* gemv4w_scalar's order, one row after another (one sequential stream), four chains a row. Against one chain a row
+   (the Zen 4 table's loop before): 36-39 against 31-36 GB/s at 1 thread, 47-48 against 44-47 at 2, the software
+   prefetch a further 1.06x (2880 x 4096 matrices from DRAM, the 2-core Zen 4 VM, session 29, bench.kernel.gemv_isa;
+   MEASURED). The 4 interleaved rows of the Intel table (4 streams restarting every group) read 48 against 60 on Zen 4
+   in session 21's faster window; Intel hosts had not been measured with this loop by session 29. */
+NEURAL_TARGET_AVX512 static void gemv4w_avx512(const uint16_t *const w[4], const float *x, int n, float out[4]) {
+    __m512 v[4];
+    const int pfb = neural_prefetch_bytes > 0 ? neural_prefetch_bytes : 0;
     for (int r = 0; r < 4; r++) {
-        __m512 acc = _mm512_setzero_ps();
-        for (int c = 0; c < n; c += 16) acc = _mm512_fmadd_ps(BF16X16_AVX512(w[r] + c), _mm512_loadu_ps(x + c), acc);
-        a[r] = acc;
+        const uint16_t *p = w[r];
+        __m512 a[4];
+        NEURAL_UNROLL for (int k = 0; k < 4; k++) a[k] = _mm512_setzero_ps();
+        int c = 0;
+        for (; c + 64 <= n; c += 64) {
+            if (pfb) {
+                _mm_prefetch((const char *)(p + c) + pfb, _MM_HINT_T0);
+                _mm_prefetch((const char *)(p + c) + pfb + 64, _MM_HINT_T0);
+            }
+            NEURAL_UNROLL for (int k = 0; k < 4; k++)
+                a[k] = _mm512_fmadd_ps(BF16X16_AVX512(p + c + 16 * k), _mm512_loadu_ps(x + c + 16 * k), a[k]);
+        }
+        NEURAL_UNROLL for (int k = 0; k < 3; k++) /* the last 16-48 columns: accumulators 0.. in turn */
+            if (c + 16 * k < n)
+                a[k] = _mm512_fmadd_ps(BF16X16_AVX512(p + c + 16 * k), _mm512_loadu_ps(x + c + 16 * k), a[k]);
+        v[r] = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
     }
-    hsum4_avx512(a[0], a[1], a[2], a[3], out);
+    hsum4_avx512(v[0], v[1], v[2], v[3], out);
 }
 
 NEURAL_TARGET_AVX512 static void pv8_avx512(const uint16_t *v, int t, int d, const float *p, size_t ps, float *acc) {
@@ -890,8 +913,8 @@ NEURAL_TARGET_AVX512 static void round_bf16_avx512(float *p, int n) {
 }
 
 const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, decode4_avx512, tile4_avx512, 0, rows4tok_avx512,
-                                              read_avx512, swiglu16_avx512, gemv4_avx512, pv8_avx512, exp16_avx512,
-                                              scores_avx512, att_exp_avx512, round_bf16_avx512};
+                                              read_avx512, swiglu16_avx512, NULL, pv8_avx512, exp16_avx512,
+                                              scores_avx512, att_exp_avx512, round_bf16_avx512, gemv4w_avx512};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512 BF16: the same arithmetic with vdpbf16ps. The inputs are bf16-exact and never below
@@ -996,6 +1019,7 @@ NEURAL_TARGET_AVX512BF16 static void tile4_avx512bf16(const void *qv, const floa
 }
 
 const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, decode4_avx512bf16, tile4_avx512bf16, 1, NULL,
-                                                  read_avx512, swiglu16_avx512, gemv4_rows_avx512, pv8_avx512,
-                                                  exp16_avx512, scores_avx512, att_exp_avx512, round_bf16_avx512};
+                                                  read_avx512, swiglu16_avx512, NULL, pv8_avx512,
+                                                  exp16_avx512, scores_avx512, att_exp_avx512, round_bf16_avx512,
+                                                  gemv4w_avx512};
 #endif

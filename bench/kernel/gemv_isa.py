@@ -1,15 +1,16 @@
 """The dense bf16 GEMV (one decode row's projections) from DRAM, one variant against another, mirrored.
 
-    python -m bench.kernel.gemv_isa [--isas avx512,avx512bf16 | --prefetch-ab ISA] [--rows 16384] [--cols 2880]
+    python -m bench.kernel.gemv_isa [--isas avx2,avx512bf16 | --prefetch-ab ISA] [--rows 16384] [--cols 2880]
                                     [--mats 24] [--threads 1,2]
 
 Cycles ``--mats`` bf16 matrices (normal values as trained weights have: random bits would hold denormals, which
 Intel's FMA takes a slow assist on) through ``neural_linear_bf16`` so they come from DRAM, in the order
 A B B A A B B A, and prints GB/s of weights per run, the same-run read probe, and whether both variants gave the same
-bits. ``--isas A,B``: two ISA tables, which differ in how the GEMV walks four rows (``avx512`` interleaves them,
-``avx512bf16``, Zen 4's, reads one row after another: gemv4_rows_avx512 in native/neural_isa.c).
-``--prefetch-ab ISA``: one table with the kernels' prefetch off (``neural_set_prefetch(0)``) and at its default
-distance, where the interleaved GEMVs prefetch the next 4-row group (gemv4_prefetch_next).
+bits. ``--isas A,B``: two ISA tables (since session 29 every table walks a row as one stream with four fma chains,
+gemv4w_* in native/neural_isa.c; AVX2 and AVX-512 differ in vector width). Two builds of ``native/`` (a loop
+against the one before it) are compared by running this in each, or through whole decodes as
+bench/peer/prompt_vs_llama_cpp.sh does with NEURAL_BEFORE. ``--prefetch-ab ISA``: one table with the kernels'
+prefetch off (``neural_set_prefetch(0)``) and at its default distance, which the GEMV reads ahead of its stream.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def int_list(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--isas", default="avx512,avx512bf16")
+    ap.add_argument("--isas", default="avx2,avx512bf16")
     ap.add_argument("--prefetch-ab", metavar="ISA", help="one ISA table, prefetch off against on")
     ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--cols", type=int, default=2880)

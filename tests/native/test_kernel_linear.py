@@ -19,12 +19,14 @@ def bf16_bits(a: np.ndarray) -> np.ndarray:
 
 
 def reference(w: np.ndarray, x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """16 lanes, lane l = fma(w[:, 16c + l], x[16c + l], lane l) over c from +0, the tree, + bias."""
+    """4 accumulators of 16 lanes, column j in accumulator (j // 16) % 4, lane j % 16, one fma each from +0; then
+    (a0 + a1) + (a2 + a3) per lane, the tree, + bias."""
     wf = R.bf16_to_f32(w)
-    acc = np.zeros((w.shape[0], 16), np.float32)
+    acc = np.zeros((4, w.shape[0], 16), np.float32)
     for c in range(0, w.shape[1], 16):
-        acc = R.fma32(wf[:, c : c + 16], np.broadcast_to(x[c : c + 16], acc.shape), acc)
-    out = R.reduce16(acc)
+        k = (c // 16) % 4
+        acc[k] = R.fma32(wf[:, c : c + 16], np.broadcast_to(x[c : c + 16], acc[k].shape), acc[k])
+    out = R.reduce16(((acc[0] + acc[1]) + (acc[2] + acc[3])).astype(np.float32))
     return out if bias is None else (out + R.bf16_to_f32(bias)).astype(np.float32)
 
 
@@ -39,8 +41,9 @@ def case(rows: int, cols: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.nd
 @pytest.mark.parametrize("isa", ISAS)
 def test_linear_matches_reference_bit_for_bit(kernel: NativeKernel, isa: str) -> None:
     isa_or_skip(kernel, isa)
-    # tails of 1-3 rows; a last chunk shorter than 64 rows; up to 8 threads
-    for rows, cols, threads in ((131, 2880, 2), (7, 64, 1), (3, 16, 3), (64, 4096, 2), (128, 2880, 8), (301, 64, 5)):
+    # tails of 1-3 rows; a last chunk shorter than 64 rows; rows ending 16, 32 or 48 columns past 64; up to 8 threads
+    for rows, cols, threads in ((131, 2880, 2), (7, 64, 1), (3, 16, 3), (64, 4096, 2), (128, 2880, 8), (301, 64, 5),
+                                (5, 32, 1), (9, 112, 2), (6, 176, 1)):
         kernel.set_threads(threads)
         w, bias, x = case(rows, cols, rows)
         for b in (bias, None):
