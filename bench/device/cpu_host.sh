@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The CPU engine on the H200 machine's host (Intel, AVX-512 BF16), repo root, carry [".whl", ".peer"] (~7 min):
+#   a. the one-token projections' GEMV (session 29: one row's stream, four fma chains) from DRAM at 8 and 16
+#      threads, its prefetch off against on, and the two AVX-512 tables (the same bits; Intel's dot4 differs only);
+#   b. CPU-only decode against llama.cpp's CPU build, 4-layer 120b shape, vocab 8192, 8 threads, depth 0, twice
+#      (N L L N each; session 25 read 1.25x with the one-chain GEMV);
+#   c. where a token goes (cpu_decode_split) and `neural bench kernel` at 8 threads.
+# $OUT: gemv.txt, d0-1/, d0-2/ (peer_decode.sh outputs), split-d8.txt, kernel.txt, lscpu.txt
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. bench/device/env.sh >/dev/null 2>&1  # wheels, native build, $PY, $OUT
+lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)|Flags" | cut -c1-300 >"$OUT/lscpu.txt"
+{
+  timeout 100 "$PY" -m bench.kernel.gemv_isa --prefetch-ab avx512 --rows 16384 --cols 2880 --threads 8,16
+  timeout 60 "$PY" -m bench.kernel.gemv_isa --isas avx512,avx512bf16 --rows 16384 --cols 2880 --threads 8
+} >"$OUT/gemv.txt" 2>&1
+tail -12 "$OUT/gemv.txt"
+export LLAMA_DIR=/tmp/llama-cpu
+for i in 1 2; do
+  env PEER_CPU=1 LAYERS=4 ROUTINGS=uniform THREADS=8 SYNTH_ARGS="--vocab 8192" BUDGET_S=200 bash bench/device/peer_decode.sh >"/tmp/d0-$i.log" 2>&1
+  mkdir -p "$OUT/d0-$i" && mv "$OUT/table.md" "$OUT/peer.log" "$OUT/results.tgz" "$OUT/d0-$i/" 2>/dev/null
+  tail -4 "$OUT/d0-$i/table.md"
+done
+timeout 90 "$PY" -m bench.kernel.cpu_decode_split /dev/shm/neural-peer/synth-4l --threads 8 --tokens 64 >"$OUT/split-d8.txt" 2>&1
+timeout 60 "$PY" -m app.cli.main bench kernel --threads 8 --store-gib 4 --seconds 1.5 --rounds 3 >"$OUT/kernel.txt" 2>&1
+cat "$OUT/split-d8.txt" "$OUT/kernel.txt" | tail -16
