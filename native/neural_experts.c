@@ -417,7 +417,8 @@ static void attn_work(void *ctx, int tid) {
             j->kf->scores_bf16(kh, t, d, j->q + (size_t)h * (size_t)g * (size_t)d, g, sh, ts);
         else
             for (int qi = 0; qi < g; qi++)
-                gemv_rows(j->kf->gemv4_bf16, kh, d, j->q + (size_t)(h * g + qi) * (size_t)d, 0, t, sh + (size_t)qi * ts);
+                gemv_rows(j->kf->gemv4_bf16, kh, d, j->q + (size_t)(h * g + qi) * (size_t)d, 0, t,
+                          sh + (size_t)qi * ts);
         float mx[NEURAL_MAX_GROUP];
         for (int qi = 0; qi < g; qi++) {
             const long row = h * g + qi;

@@ -183,8 +183,8 @@ float neural_expf(float x);
 /* out[r] = dot(w[r], x) (+ bias[r]) for a bf16 matrix w [rows][cols] (cols a multiple of 16),
  * bias bf16 or NULL, x fp32: 4 accumulators of 16 lanes, column j in accumulator (j / 16) % 4, lane
  * j % 16, acc = fma(w[r][j], x[j], acc) in increasing j from +0; then per lane (a0 + a1) + (a2 + a3), then
- * the NUMERICS tree, then + bias in fp32 (four fma chains a row: one chain's latency bounded a core). Rows are split over the thread team;
- * every ISA path gives the same bits. The CPU engine's one-token projections (dense layers, head). */
+ * the NUMERICS tree, then + bias in fp32 (four fma chains a row: one chain's latency bounded a core). Rows are
+ * split over the thread team; every ISA path gives the same bits. The CPU engine's one-token projections (dense layers, head). */
 int neural_linear_bf16(const uint16_t *w, const uint16_t *bias, int rows, int cols, const float *x, float *out);
 /* neural_linear_bf16 for n (1..8) matrices w[m] [rows[m]][cols] over the same x, in one pass of the team:
  * out[m] gets exactly the bits neural_linear_bf16(w[m], bias[m], rows[m], cols, x, out[m]) gives (bias NULL or

@@ -338,14 +338,16 @@ NEURAL_TARGET_AVX2 static void gemv4w_avx2(const uint16_t *const w[4], const flo
                 _mm_prefetch((const char *)(p + c) + pfb + 64, _MM_HINT_T0);
             }
             NEURAL_UNROLL for (int k = 0; k < 4; k++) {
-                a[k][0] = _mm256_fmadd_ps(BF16X8_AVX2(p + c + 16 * k), _mm256_loadu_ps(x + c + 16 * k), a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(BF16X8_AVX2(p + c + 16 * k + 8), _mm256_loadu_ps(x + c + 16 * k + 8), a[k][1]);
+                const int o = c + 16 * k;
+                a[k][0] = _mm256_fmadd_ps(BF16X8_AVX2(p + o), _mm256_loadu_ps(x + o), a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(BF16X8_AVX2(p + o + 8), _mm256_loadu_ps(x + o + 8), a[k][1]);
             }
         }
         NEURAL_UNROLL for (int k = 0; k < 3; k++) /* the last 16-48 columns: accumulators 0.. in turn */
             if (c + 16 * k < n) {
-                a[k][0] = _mm256_fmadd_ps(BF16X8_AVX2(p + c + 16 * k), _mm256_loadu_ps(x + c + 16 * k), a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(BF16X8_AVX2(p + c + 16 * k + 8), _mm256_loadu_ps(x + c + 16 * k + 8), a[k][1]);
+                const int o = c + 16 * k;
+                a[k][0] = _mm256_fmadd_ps(BF16X8_AVX2(p + o), _mm256_loadu_ps(x + o), a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(BF16X8_AVX2(p + o + 8), _mm256_loadu_ps(x + o + 8), a[k][1]);
             }
         const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0][0], a[1][0]), _mm256_add_ps(a[2][0], a[3][0]));
         const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[0][1], a[1][1]), _mm256_add_ps(a[2][1], a[3][1]));
@@ -387,8 +389,9 @@ NEURAL_TARGET_AVX2 static NEURAL_INLINE __m256 hsum8x8_avx2(const __m256 *v) {
 }
 
 /* Decode attention's scores on AVX2 (scores_bf16 in neural_internal.h), as scores_nc_avx512 in 8 keys: their rows
-   converted to fp32 once for all g heads, two 8-lane accumulators per key (the 16-lane order), one batched tree per head
-   and block. Through a 4-row GEMV per head (sessions before 24), each K row was converted g times and each sum had its own tree. */
+   converted to fp32 once for all g heads, two 8-lane accumulators per key (the 16-lane order), one batched tree per
+   head and block. Through a 4-row GEMV per head (before session 24), each K row was converted g times and each sum
+   had its own tree. */
 NEURAL_TARGET_AVX2 static NEURAL_INLINE void scores_nc_avx2(const uint16_t *k, int t, int d, const float *q, int g,
                                                              float *s, size_t ss, const int nc) {
     float kf[8 * NEURAL_MAX_HEAD_DIM];
@@ -746,8 +749,8 @@ NEURAL_TARGET_AVX512 static void swiglu16_avx512(const float *h, float limit, fl
 /* gemv4w_scalar's order, one row after another (one sequential stream), four chains a row. Against one chain a row
    (the Zen 4 table's loop before): 36-39 against 31-36 GB/s at 1 thread, 47-48 against 44-47 at 2, the software
    prefetch a further 1.06x (2880 x 4096 matrices from DRAM, the 2-core Zen 4 VM, session 29, bench.kernel.gemv_isa;
-   MEASURED). The 4 interleaved rows of the Intel table (4 streams restarting every group) read 48 against 60 on Zen 4
-   in session 21's faster window; Intel hosts had not been measured with this loop by session 29. */
+   MEASURED). The Intel table's 4 interleaved rows (4 streams restarting every group) read 48 against the one-chain
+   loop's 60 there in a faster window; Intel hosts had not run this loop by session 29. */
 NEURAL_TARGET_AVX512 static void gemv4w_avx512(const uint16_t *const w[4], const float *x, int n, float out[4]) {
     __m512 v[4];
     const int pfb = neural_prefetch_bytes > 0 ? neural_prefetch_bytes : 0;
