@@ -5,16 +5,19 @@
 #   b. CPU-only decode against llama.cpp's CPU build, 4-layer 120b shape, vocab 8192, 8 threads, depth 0, twice
 #      (N L L N each; session 25 read 1.25x with the one-chain GEMV);
 #   c. where a token goes (cpu_decode_split) and `neural bench kernel` at 8 threads.
+# GEMV=0 skips a (session25_probe.sh runs b and c this way).
 # $OUT: gemv.txt, d0-1/, d0-2/ (peer_decode.sh outputs), split-d8.txt, kernel.txt, lscpu.txt
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . bench/device/env.sh >/dev/null 2>&1  # wheels, native build, $PY, $OUT
 lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)|Flags" | cut -c1-300 >"$OUT/lscpu.txt"
-{
-  timeout 100 "$PY" -m bench.kernel.gemv_isa --prefetch-ab avx512 --rows 16384 --cols 2880 --threads 8,16
-  timeout 60 "$PY" -m bench.kernel.gemv_isa --isas avx512,avx512bf16 --rows 16384 --cols 2880 --threads 8
-} >"$OUT/gemv.txt" 2>&1
-tail -12 "$OUT/gemv.txt"
+if [ "${GEMV:-1}" != 0 ]; then
+  {
+    timeout 100 "$PY" -m bench.kernel.gemv_isa --prefetch-ab avx512 --rows 16384 --cols 2880 --threads 8,16
+    timeout 60 "$PY" -m bench.kernel.gemv_isa --isas avx512,avx512bf16 --rows 16384 --cols 2880 --threads 8
+  } >"$OUT/gemv.txt" 2>&1
+  tail -12 "$OUT/gemv.txt"
+fi
 export LLAMA_DIR=/tmp/llama-cpu
 for i in 1 2; do
   env PEER_CPU=1 LAYERS=4 ROUTINGS=uniform THREADS=8 SYNTH_ARGS="--vocab 8192" BUDGET_S=200 bash bench/device/peer_decode.sh >"/tmp/d0-$i.log" 2>&1
