@@ -34,8 +34,11 @@ def test_split_counts_each_part(tiny_model: Path, capsys: pytest.CaptureFixture[
     assert d["probe_GB_s_MEASURED"] == max(d["probe_GB_s_by_isa"].values())
     assert k.isa == d["isa"]
     assert d["tok_s_MEASURED"] > 0 and d["ms_per_token_split"] > 0
-    native = sum(v["ms_per_token"] for v in parts.values())  # the shipped path's glue: the plain run less the parts
-    assert d["other_shipping_ms_CALCULATED"] == pytest.approx(d["ms_per_token_MEASURED"] - native, abs=1e-6)
+    f = d["fused"]  # the shipped fused layer's pass: every layer fused, its parts adding up to its time
+    assert f["fused_layers_per_token"] == layers
+    assert f["glue_us_per_layer"] > 0 and f["outside_layers_ms_per_token"] > 0
+    assert f["native_ms_per_token"] + f["glue_us_per_layer"] * layers / 1e3 + f["outside_layers_ms_per_token"] \
+        == pytest.approx(f["ms_per_token"])
 
 
 def test_separate_qkv_times_each_projection(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
