@@ -419,6 +419,11 @@ class ResidencyPanel(QFrame):
 
     def set_last_usage(self, u: Usage) -> None:
         self.last_usage = u
+        if u.decode_tps > 0:
+            # the answer's own averages close the series: samples taken while it ran miss its last stretch (an
+            # answer shorter than the refresh interval got one early sample), so the plot ended below the
+            # Decode figure shown beside it
+            self.plot.add(u.prompt_tps, u.decode_tps)
         fresh = u.prompt_tokens - u.cached_tokens
         self.last_label.setText(
             f"Prompt: {u.prompt_tokens} tokens ({u.cached_tokens} reused from cache, {fresh} processed) "

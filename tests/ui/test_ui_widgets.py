@@ -93,6 +93,11 @@ def test_residency_panel_cpu_engine_is_honest(qtbot):
     p.set_last_usage(Usage(prompt_tokens=200, cached_tokens=150, completion_tokens=11, prompt_seconds=0.5,
                            decode_seconds=1.0))
     assert "150 reused" in p.last_label.text() and "50 processed" in p.last_label.text()
+    # the answer's averages close the plot (10 tokens after the prompt's in 1 s), so it ends at the Decode figure
+    assert list(p.plot.decode) == [40.0, 10.0] and list(p.plot.prompt) == [500.0, 100.0]
+    p.set_last_usage(Usage(prompt_tokens=5, cached_tokens=0, completion_tokens=0, prompt_seconds=0.1,
+                           decode_seconds=0.0))  # a cancelled prompt: no decode rate, nothing plotted
+    assert len(p.plot.decode) == 2
 
 
 def test_residency_panel_shows_slots_reported_by_engine(qtbot):
