@@ -31,6 +31,7 @@ from ui.qt import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QTabWidget,
@@ -116,6 +117,17 @@ def validate_model_dir(text: str) -> tuple[ModelConfig | None, str]:
     if not any(p.glob("*.safetensors")):
         return None, f"{p}: no .safetensors weights found."
     return cfg, ""
+
+
+def _scrolling(page: QWidget) -> QScrollArea:
+    """``page`` in a frameless scroll area: where the dialog is shorter than its rows (the minimum size, or a screen
+    that caps the first size at two thirds of its height), it scrolls instead of squeezing the wrapped labels, which
+    lost their first and last lines."""
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QScrollArea.Shape.NoFrame)
+    area.setWidget(page)
+    return area
 
 
 class PreferencesDialog(QDialog):
@@ -230,7 +242,7 @@ class PreferencesDialog(QDialog):
         self.error_label.setObjectName("error")
         self.error_label.setWordWrap(True)
         form.addRow("", self.error_label)
-        tabs.addTab(eng, "Model && engine")
+        tabs.addTab(_scrolling(eng), "Model && engine")
 
         # ---- generation & appearance ----
         gen = QWidget()
@@ -273,7 +285,7 @@ class PreferencesDialog(QDialog):
             self.theme.addItem(title, key)
         self.theme.setCurrentIndex(max(0, self.theme.findData(values.theme)))
         gform.addRow("Theme", self.theme)
-        tabs.addTab(gen, "Generation && appearance")
+        tabs.addTab(_scrolling(gen), "Generation && appearance")
 
         # ---- remote backend ----
         rem = QWidget()

@@ -151,3 +151,20 @@ def test_refusals_explain_out_of_range_and_machine_limits(qtbot, tmp_path, tiny_
     d.restore_defaults()  # every engine field, not only the GPU ones
     assert d.engine_settings() == EngineSettings() and d.valid
     assert "--" not in d.preset.itemText(d.preset.findData("optimized"))  # no command-line flags in the GUI
+
+
+def test_wrapped_text_is_not_clipped_in_a_small_dialog(qtbot, tiny_model):
+    """At the dialog's minimum size (and a screen that caps it there), every wrapped label of the engine tab gets the
+    height its text needs; the page scrolls instead of squeezing the estimate to its middle lines."""
+    from ui.qt import QApplication, QLabel
+
+    d = _dialog(qtbot, _values(str(tiny_model)))
+    d.resize(900, 600)
+    d.show()
+    qtbot.waitExposed(d)
+    QApplication.processEvents()
+    labels = [w for w in (d.estimate_label, d.model_status) if w.isVisible()]
+    assert d.estimate_label in labels
+    for w in labels:
+        assert isinstance(w, QLabel) and w.wordWrap()
+        assert w.height() >= w.heightForWidth(w.width()), (w.text()[:40], w.height(), w.heightForWidth(w.width()))
