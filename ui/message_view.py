@@ -115,6 +115,7 @@ class MessageWidget(QFrame):
         outer.addWidget(self.note_label)
         self.footer_label = QLabel()
         self.footer_label.setObjectName("muted")
+        self.footer_label.setWordWrap(True)  # on one line it widened the message past a narrow chat column
         outer.addWidget(self.footer_label)
         self.set_model(vm)
 

@@ -138,6 +138,12 @@ QTextBrowser {{ background: transparent; border: none; }}
 QWidget#reasoning {{ border-left: 3px solid {t.border}; padding-left: 6px; }}
 QWidget#reasoning QTextBrowser {{ color: {t.muted}; font-style: italic; }}
 QScrollArea {{ border: none; background: transparent; }}
+QTextBrowser QScrollBar:horizontal {{ background: transparent; height: 10px; margin: 0; border: none; }}
+QTextBrowser QScrollBar::handle:horizontal {{ background: {t.border}; border-radius: 4px; min-width: 32px;
+    margin: 2px 0; }}
+QTextBrowser QScrollBar::add-line:horizontal, QTextBrowser QScrollBar::sub-line:horizontal {{ width: 0; border: none;
+    background: none; }}
+QTextBrowser QScrollBar::add-page:horizontal, QTextBrowser QScrollBar::sub-page:horizontal {{ background: none; }}
 """
 
 

@@ -113,3 +113,32 @@ def test_theme_switch_renders_code_blocks_in_the_new_colours(qtbot):
     w.set_theme(DARK)
     html = w.chat.widgets[0].body.toHtml().lower()
     assert DARK.code_bg.lower() in html
+
+
+def test_messages_fit_the_chat_column_of_a_narrow_window(qtbot):
+    """At 900x600 a conversation with a long code line and a full footer stays inside the chat's viewport: the code
+    scrolls sideways in its answer, the footer wraps, the buttons stay in view (a footer on one line had widened every
+    message past the viewport, cutting off Edit and Regenerate)."""
+    from ui.message_view import MessageViewModel
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    code = ("```python\ndef median(xs):\n    '''Returns the median of a list of numbers; this line is long enough to "
+            "need a scrollbar in a narrow window.'''\n    return sorted(xs)[len(xs) // 2]\n```\nThe median.")
+    w.chat.set_messages([
+        MessageViewModel("u1", "user", "Write a Python function that returns the median of a list of numbers."),
+        MessageViewModel("a1", "assistant", code, reasoning="a few words",
+                         footer="1,024 tokens · 1,821.0 tok/s · prompt 13,117 (12,800 reused) · gpu-hybrid · 0.42 s")])
+    w.resize(900, 600)
+    qtbot.waitUntil(lambda: (w.width(), w.height()) == (900, 600), timeout=3000)
+    for _ in range(5):
+        QApplication.processEvents()
+    vp = w.chat.scroll_area.viewport()
+    assert w.chat.scroll_area.widget().width() <= vp.width()
+    for mid in ("u1", "a1"):
+        m = w.chat.widget_for(mid)
+        assert m is not None and m.mapTo(vp, m.rect().topRight()).x() < vp.width(), mid
+        for b in m.findChildren(QWidget):
+            if b.isVisibleTo(m) and b.width() > 0:
+                assert b.mapTo(vp, b.rect().topRight()).x() < vp.width(), (mid, type(b).__name__, b.objectName())
