@@ -170,11 +170,12 @@ class PreferencesDialog(QDialog):
         form.addRow("Model folder", row)
         self.model_status = QLabel()
         self.model_status.setWordWrap(True)
-        form.addRow("", self.model_status)
+        # QLabel(), not "": a row without a label widget got its wrapped field's height for a narrower width
+        form.addRow(QLabel(), self.model_status)
         self.store_label = QLabel()
         self.store_label.setObjectName("hint")
         self.store_label.setWordWrap(True)
-        form.addRow("", self.store_label)
+        form.addRow(QLabel(), self.store_label)
         store_row = QHBoxLayout()
         self.store_btn = QPushButton("Build expert store")
         self.store_btn.clicked.connect(lambda: self.buildStoreRequested.emit(self.model_edit.text().strip()))
@@ -185,7 +186,7 @@ class PreferencesDialog(QDialog):
         store_row.addWidget(self.store_btn)
         store_row.addWidget(self.store_progress)
         store_row.addStretch(1)
-        form.addRow("", store_row)
+        form.addRow(QLabel(), store_row)
 
         self.preset = QComboBox()
         for key in ("default", "optimized", "custom"):
@@ -238,10 +239,10 @@ class PreferencesDialog(QDialog):
         self.estimate_label.setWordWrap(True)
         self.estimate_label.setObjectName("ok")
         form.addRow("Estimate", self.estimate_label)
+        # below the tabs, beside the buttons it disables: a refusal stays in view however the page is scrolled
         self.error_label = QLabel()
         self.error_label.setObjectName("error")
         self.error_label.setWordWrap(True)
-        form.addRow("", self.error_label)
         tabs.addTab(_scrolling(eng), "Model && engine")
 
         # ---- generation & appearance ----
@@ -306,7 +307,7 @@ class PreferencesDialog(QDialog):
         rform.addRow("Model", self.remote_model)
         hint = QLabel("For a vLLM or llama-server host, or another Neural, e.g. on a bigger machine.")
         hint.setObjectName("hint")
-        rform.addRow("", hint)
+        rform.addRow(QLabel(), hint)
         tabs.addTab(rem, "Remote backend")
 
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
@@ -314,6 +315,7 @@ class PreferencesDialog(QDialog):
         self.buttons.accepted.connect(self._ok)
         self.buttons.rejected.connect(self.reject)
         self.buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self._apply)
+        lay.addWidget(self.error_label)
         lay.addWidget(self.buttons)
 
         self._load_engine(values.engine)
@@ -455,6 +457,7 @@ class PreferencesDialog(QDialog):
         self.errors = errors
         # A remote backend does not need a local model; local engine errors still block Apply.
         self.error_label.setText("\n".join(e for e in errors if e != why))
+        self.error_label.setVisible(bool(self.error_label.text()))
         ok = not errors or (self.remote_enabled.isChecked() and cfg is None and len(errors) == 1)
         for b in (QDialogButtonBox.StandardButton.Ok, QDialogButtonBox.StandardButton.Apply):
             self.buttons.button(b).setEnabled(ok)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.core.settings import GenerationDefaults
 from engine.plan import estimate
 from engine.settings import OPTIMIZED, EngineSettings
@@ -153,18 +155,38 @@ def test_refusals_explain_out_of_range_and_machine_limits(qtbot, tmp_path, tiny_
     assert "--" not in d.preset.itemText(d.preset.findData("optimized"))  # no command-line flags in the GUI
 
 
-def test_wrapped_text_is_not_clipped_in_a_small_dialog(qtbot, tiny_model):
+@pytest.mark.parametrize("size", [(900, 600), (1100, 900)])
+def test_wrapped_text_gets_the_height_it_needs(qtbot, tiny_model, size):
     """At the dialog's minimum size (and a screen that caps it there), every wrapped label of the engine tab gets the
-    height its text needs; the page scrolls instead of squeezing the estimate to its middle lines."""
+    height its text needs; the page scrolls instead of squeezing the estimate to its middle lines. In a taller dialog
+    no label gets more (rows added with "" as their label had heights for a narrower width: gaps around the text)."""
     from ui.qt import QApplication, QLabel
 
+    why = ("No expert store yet: the CPU reads experts from the checkpoint (works, slower). Building one writes "
+           "0.01 GiB into the app's data folder (/home/someone/.local/share/Neural/expert-stores), once.")
+    d = PreferencesDialog(_values(str(tiny_model)), lambda cfg, s: estimate(cfg, s, True),
+                          store_status=lambda _p: (False, why))
+    qtbot.addWidget(d)
+    d.resize(*size)
+    d.show()
+    qtbot.waitExposed(d)
+    QApplication.processEvents()
+    labels = [w for w in (d.estimate_label, d.model_status, d.store_label) if w.isVisible()]
+    assert d.estimate_label in labels and d.model_status in labels and d.store_label in labels
+    for w in labels:  # the height its text needs at its width: not less (clipped), not more (a gap around it)
+        assert isinstance(w, QLabel) and w.wordWrap()
+        assert w.height() == w.heightForWidth(w.width()), (w.text()[:40], w.height(), w.heightForWidth(w.width()))
+
+
+def test_a_refusal_is_in_view_at_the_minimum_size(qtbot, tiny_model):
+    """A refused field disables OK; the reason shows above the buttons, not at the foot of the scrolled engine page."""
     d = _dialog(qtbot, _values(str(tiny_model)))
     d.resize(900, 600)
     d.show()
     qtbot.waitExposed(d)
-    QApplication.processEvents()
-    labels = [w for w in (d.estimate_label, d.model_status) if w.isVisible()]
-    assert d.estimate_label in labels
-    for w in labels:
-        assert isinstance(w, QLabel) and w.wordWrap()
-        assert w.height() >= w.heightForWidth(w.width()), (w.text()[:40], w.height(), w.heightForWidth(w.width()))
+    assert not d.error_label.isVisible()
+    d.fields["cpu_threads"].setValue(512)
+    assert not d.valid and "CPU threads" in d.error_label.text()
+    assert d.error_label.isVisible()
+    top = d.error_label.mapTo(d, d.error_label.rect().topLeft()).y()
+    assert top >= 0 and top + d.error_label.height() <= d.buttons.mapTo(d, d.buttons.rect().topLeft()).y()
