@@ -32,6 +32,7 @@ from ui.qt import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSize,
     QSizePolicy,
     QSpinBox,
     QTabWidget,
@@ -119,11 +120,22 @@ def validate_model_dir(text: str) -> tuple[ModelConfig | None, str]:
     return cfg, ""
 
 
+class _PageScroll(QScrollArea):
+    """Asks for its page's whole size: the dialog opens as tall as its rows where the screen allows (a scroll area's
+    own hint is a few lines)."""
+
+    def sizeHint(self) -> QSize:
+        page = self.widget()
+        if page is None:
+            return super().sizeHint()
+        return page.sizeHint() + QSize(self.verticalScrollBar().sizeHint().width(), 0)
+
+
 def _scrolling(page: QWidget) -> QScrollArea:
     """``page`` in a frameless scroll area: where the dialog is shorter than its rows (the minimum size, or a screen
     that caps the first size at two thirds of its height), it scrolls instead of squeezing the wrapped labels, which
     lost their first and last lines."""
-    area = QScrollArea()
+    area = _PageScroll()
     area.setWidgetResizable(True)
     area.setFrameShape(QScrollArea.Shape.NoFrame)
     area.setWidget(page)
