@@ -85,26 +85,19 @@ def _fused_pass(model: Any, be: Any, ids: list[int]) -> dict[str, float] | None:
     spent = {"native": 0.0, "layer": 0.0, "layers": 0.0, "moe": 0.0}
     attn, moe, layer = k.decode_attn, k.decode_moe, nd.layer
 
-    def timed(f: Any, key: str | None) -> Any:
+    def timed(f: Any, total: str, count: str | None) -> Any:
         def call(*args: Any, **kw: Any) -> Any:
             a = time.perf_counter()
             try:
                 return f(*args, **kw)
             finally:
-                spent["native"] += time.perf_counter() - a
-                if key:
-                    spent[key] += 1
+                spent[total] += time.perf_counter() - a
+                if count:
+                    spent[count] += 1
         return call
 
-    def timed_layer(*args: Any, **kw: Any) -> Any:
-        a = time.perf_counter()
-        try:
-            return layer(*args, **kw)
-        finally:
-            spent["layer"] += time.perf_counter() - a
-            spent["layers"] += 1
-
-    k.decode_attn, k.decode_moe, nd.layer = timed(attn, None), timed(moe, "moe"), timed_layer
+    k.decode_attn, k.decode_moe = timed(attn, "native", None), timed(moe, "native", "moe")
+    nd.layer = timed(layer, "layer", "layers")
     try:
         t0 = time.perf_counter()
         for t in ids:
