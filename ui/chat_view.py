@@ -6,6 +6,7 @@ from __future__ import annotations
 from engine.types import ToolCall
 from ui.chat_controls import ChatControls
 from ui.composer import Composer
+from ui.elided_label import ElidedLabel
 from ui.markdown_render import MarkdownRenderer
 from ui.message_view import MessageViewModel, MessageWidget
 from ui.qt import (
@@ -48,12 +49,12 @@ class ChatView(QWidget):
 
         top = QHBoxLayout()
         top.setContentsMargins(12, 8, 12, 0)
-        self.title = QLabel("New chat")
+        self.title = ElidedLabel("New chat")  # a long title ends in "…" (whole on hover)
         self.title.setObjectName("heading")
         self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.title.setMinimumWidth(90)  # never squeezed away on a narrow window (issue 21 point 4)
         top.addWidget(self.title, 1)
-        self.backend_label = QLabel()
+        self.backend_label = ElidedLabel()
         self.backend_label.setObjectName("warning")
         # Long model names must not widen the chat pane (and squeeze the side panels).
         self.backend_label.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Preferred)

@@ -142,3 +142,41 @@ def test_messages_fit_the_chat_column_of_a_narrow_window(qtbot):
         for b in m.findChildren(QWidget):
             if b.isVisibleTo(m) and b.width() > 0:
                 assert b.mapTo(vp, b.rect().topRight()).x() < vp.width(), (mid, type(b).__name__, b.objectName())
+
+
+def test_a_long_chat_title_ends_in_an_ellipsis_and_shows_whole_on_hover(qtbot):
+    """At 900x600 the title bar cut a long conversation title mid-letter with no sign that more followed: the title now
+    ends in "…" and its tooltip holds the whole title; a title that fits is painted whole, with no tooltip."""
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    long_title = "Write a Python function that returns the median of a list of numbers, with tests and a docstring"
+    w.chat.set_title(long_title)
+    w.resize(900, 600)
+    qtbot.waitUntil(lambda: (w.width(), w.height()) == (900, 600), timeout=3000)
+    QApplication.processEvents()
+    title = w.chat.title
+    title.grab()  # paints it
+    assert title.text() == long_title  # the label keeps its whole text
+    assert title.shown_text().endswith("…") and long_title.startswith(title.shown_text()[:-1])
+    assert title.fontMetrics().horizontalAdvance(title.shown_text()) <= title.contentsRect().width()
+    assert title.toolTip() == long_title
+    w.chat.set_title("Median")
+    w.resize(1920, 1080)
+    qtbot.waitUntil(lambda: w.width() == 1920, timeout=3000)
+    QApplication.processEvents()
+    title.grab()
+    assert title.shown_text() == "Median" and title.toolTip() == ""
+
+
+def test_an_elided_label_keeps_a_tooltip_of_its_own(qtbot):
+    """The backend label sets its own tooltip (why that backend): eliding must not replace it."""
+    from ui.elided_label import ElidedLabel
+
+    lab = ElidedLabel("demo-model · demo model trained on Python stdlib code (not gpt-oss-120b; often wrong)")
+    qtbot.addWidget(lab)
+    lab.setToolTip("why: no CUDA device")
+    lab.resize(60, 20)
+    lab.show()
+    lab.grab()
+    assert lab.is_elided() and lab.toolTip() == "why: no CUDA device"
