@@ -2,13 +2,15 @@
 
 It drives the real window through the same controller methods the widgets call: a chat with
 code streamed from the loaded model, the residency panel mid-generation, the preferences
-dialog, and the main window in the dark theme.
+dialog, the API switch serving and refused (its port taken by another program), a long title in a narrow
+window, and the main window in the dark theme.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -46,6 +48,35 @@ def save(widget: QWidget, path: Path) -> Path:
     return path
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def api_shots(c: AppController, out: Path) -> list[Path]:
+    """The API panel serving, then refused because another program holds the port (as LM Studio or llama-server
+    on 8080 would)."""
+    shots: list[Path] = []
+    panel = c.window.api_panel
+    panel.port.setValue(free_port())
+    panel.switch.setChecked(True)
+    if await wait_until(lambda: c.api.running, 30, "the API server to start"):
+        await asyncio.sleep(0.2)
+        shots.append(save(c.window.right_scroll, out / "api-serving.png"))
+    panel.switch.setChecked(False)
+    await wait_until(lambda: not c.api.running and not c.api.busy, 30, "the API server to stop")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        panel.port.setValue(int(taken.getsockname()[1]))
+        panel.switch.setChecked(True)
+        await wait_until(lambda: not c.api.busy and not panel.switch.isChecked(), 30, "the refusal")
+        await asyncio.sleep(0.2)
+        shots.append(save(c.window.right_scroll, out / "api-port-taken.png"))
+    return shots
+
+
 async def run_tour(c: AppController, out: Path, answer_tokens: int = 200) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     shots: list[Path] = []
@@ -73,6 +104,7 @@ async def run_tour(c: AppController, out: Path, answer_tokens: int = 200) -> lis
     shots.append(save(w, out / "narrow-900x600.png"))
     w.resize(1440, 900)
     await asyncio.sleep(0.3)
+    shots += await api_shots(c, out)
 
     dlg = c.open_preferences(modal=False)
     dlg.adjustSize()

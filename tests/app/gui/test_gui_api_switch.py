@@ -35,3 +35,37 @@ def test_engine_loaded_during_the_server_start_is_served(qtbot, qloop, tiny_mode
         stopped = asyncio.ensure_future(switch.stop())
         qtbot.waitUntil(stopped.done, timeout=10000)
         engine.close()
+
+
+def test_a_port_held_by_another_program_is_refused_in_words_and_a_free_one_then_serves(qtbot, qloop):
+    """Another local server (LM Studio, llama-server) already on the port: the switch says which port is taken and
+    what to do, reports itself off, and serves once given a free port (no engine needed for either)."""
+    from app.gui.api_switch import ApiSwitch
+
+    switch = ApiSwitch()
+    statuses: list[tuple[str, str, str]] = []
+    running: list[bool] = []
+    switch.statusChanged.connect(lambda *a: statuses.append(a))
+    switch.runningChanged.connect(running.append)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        refused = asyncio.ensure_future(switch.start(port))
+        qtbot.waitUntil(refused.done, timeout=10000)
+    assert refused.result() is False and not switch.running and running == [False]
+    text, url, kind = statuses[-1]
+    assert kind == "error" and url == ""
+    assert text == (f"Could not start: port {port} is in use by another program. Choose another port above and "
+                    "turn the switch on again.")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = int(s.getsockname()[1])
+    try:
+        started = asyncio.ensure_future(switch.start(free))
+        qtbot.waitUntil(started.done, timeout=10000)
+        assert started.result() is True and running[-1] is True
+        assert statuses[-1][1] == f"http://127.0.0.1:{free}/v1" and statuses[-1][2] == "ok"
+    finally:
+        stopped = asyncio.ensure_future(switch.stop())
+        qtbot.waitUntil(stopped.done, timeout=10000)
