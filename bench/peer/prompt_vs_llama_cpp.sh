@@ -11,7 +11,9 @@
 # in the order llama, neural, neural, llama, each a fresh process with one warm-up run.
 # MODE=decode: llama-bench tg$TOKENS against `neural bench decode --tokens $TOKENS --depth $DEPTH
 # --temperature 0` (greedy, as llama-bench's generation is timed without sampling); DEPTH (default 0)
-# tokens of context first, as llama-bench -d.
+# tokens of context first, as llama-bench -d. CKPT (and GGUF, default "$CKPT.gguf") name another pair, e.g. the
+# real model's bytes a token: `neural synth --preset 120b-shape --layers 36 --experts 8 --fast --out DIR`, its GGUF
+# written with convert_synth_gguf.py beforehand (the line below builds only the default 4-layer pair).
 # With NEURAL_BEFORE set (another `neural` command, e.g. a wrapper running an older checkout) the
 # order is llama, before, neural, neural, before, llama: both comparisons mirrored in one window.
 set -euo pipefail
@@ -24,11 +26,11 @@ MODE=${MODE:-prompt}
 DEPTH=${DEPTH:-0}
 PY=${PY:-$REPO/.venv/bin/python}
 NEURAL=${NEURAL:-$REPO/.venv/bin/neural}
-CKPT=$WORK/synth-120b-shape-4l
-GGUF=$WORK/synth-120b-shape-4l.gguf
+CKPT=${CKPT:-$WORK/synth-120b-shape-4l}
+GGUF=${GGUF:-$CKPT.gguf}
 
 [ -x "$WORK/build/bin/llama-bench" ] || PY=$PY "$HERE/build_llama_cpp.sh" "$WORK"
-[ -f "$CKPT/config.json" ] || "$NEURAL" synth --preset 120b-shape --layers 4 --vocab 8192 --fast --out "$CKPT"
+[ -f "$CKPT/config.json" ] || [ "$CKPT" != "$WORK/synth-120b-shape-4l" ] || "$NEURAL" synth --preset 120b-shape --layers 4 --vocab 8192 --fast --out "$CKPT"
 [ -f "$GGUF" ] || "$PY" "$HERE/convert_synth_gguf.py" "$WORK/src/vendor/llama.cpp" "$CKPT" "$GGUF"
 
 llama() {
