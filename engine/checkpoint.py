@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import MXFP4_BLOCK, ConfigError, ModelConfig
+from .config import MXFP4_BLOCK, ConfigError, ModelConfig, not_a_model_folder
 from .safetensors_io import CheckpointError, SafetensorsFile
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -84,7 +84,7 @@ class Checkpoint:
     def open(cls, model_dir: str | Path) -> Checkpoint:
         d = Path(model_dir)
         if not d.is_dir():
-            raise CheckpointError(f"{d}: model folder not found")
+            raise CheckpointError(not_a_model_folder(d))
         try:
             cfg = ModelConfig.load(d)
         except ConfigError as exc:

@@ -197,7 +197,7 @@ class ModelConfig:
     def load(cls, model_dir: str | Path) -> ModelConfig:
         path = Path(model_dir) / "config.json"
         if not path.is_file():
-            raise ConfigError(f"{path}: not found — is {model_dir} a gpt-oss model folder?")
+            raise ConfigError(not_a_model_folder(Path(model_dir)))
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -205,3 +205,34 @@ class ModelConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: top level must be a JSON object")
         return cls.from_dict(data, source=str(path))
+
+
+GGUF_HINT = ("GGUF is the format of llama.cpp, Ollama and LM Studio; Neural runs gpt-oss from its Hugging Face "
+             "checkpoint (a folder with config.json, tokenizer.json and *.safetensors holding the MXFP4 experts), "
+             "as openai/gpt-oss-120b and openai/gpt-oss-20b are published")
+
+
+def not_a_model_folder(d: Path) -> str:
+    """Why ``d`` (without a config.json) is no model folder, in the words that help: the GGUF file a user of another
+    local runner has, or the checkpoint one or two folders down (a Hugging Face cache keeps it in
+    ``models--owner--name/snapshots/<revision>/``)."""
+    if d.is_file():
+        if d.suffix.lower() == ".gguf":
+            return f"{d} is a GGUF file: {GGUF_HINT}"
+        return f"{d} is a file: choose the model's folder (the one with config.json)"
+    if not d.is_dir():
+        return f"{d}: model folder not found"
+    try:
+        below = sorted(p.parent for pattern in ("*/config.json", "*/*/config.json") for p in d.glob(pattern)
+                       if p.parent.name != "original")  # gpt-oss repos keep the reference weights' config there
+        ggufs = sorted(p.name for p in d.glob("*.gguf"))
+    except OSError:
+        below, ggufs = [], []
+    if len(below) == 1:
+        return f"{d / 'config.json'}: not found; the model folder is probably {below[0]}"
+    if below:
+        return f"{d / 'config.json'}: not found; model folders below it: " + ", ".join(str(b) for b in below[:4])
+    if ggufs:
+        more = f" (and {len(ggufs) - 1} more GGUF files)" if len(ggufs) > 1 else ""
+        return f"{d} holds {ggufs[0]}{more} and no config.json: {GGUF_HINT}"
+    return f"{d / 'config.json'}: not found — is {d} a gpt-oss model folder?"

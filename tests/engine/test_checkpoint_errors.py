@@ -91,6 +91,36 @@ def test_not_a_model_folder(tmp_path):
         Checkpoint.open(tmp_path)
     with pytest.raises(CheckpointError, match="model folder not found"):
         Checkpoint.open(tmp_path / "absent")
+    with pytest.raises(CheckpointError, match="model folder not found"):
+        Checkpoint.open(tmp_path / "absent.gguf")  # a name alone is no GGUF file
+
+
+def test_a_gguf_file_or_folder_says_which_format_neural_reads(tmp_path):
+    """A user of llama.cpp, Ollama or LM Studio points Neural at the GGUF they have: the error names the format and
+    the checkpoint Neural needs, for the file and for a folder holding it (not "config.json: not found")."""
+    gguf = tmp_path / "gpt-oss-120b-mxfp4.gguf"
+    gguf.write_bytes(b"GGUF\x03\x00\x00\x00")
+    with pytest.raises(CheckpointError, match=r"gpt-oss-120b-mxfp4\.gguf is a GGUF file: .*llama\.cpp.*config\.json"):
+        Checkpoint.open(gguf)
+    (tmp_path / "b.gguf").write_bytes(b"GGUF")
+    with pytest.raises(CheckpointError, match=r"holds b\.gguf \(and 1 more GGUF files\) and no config\.json: GGUF"):
+        Checkpoint.open(tmp_path)
+    with pytest.raises(CheckpointError, match=r"notes\.txt is a file: choose the model's folder"):
+        (tmp_path / "notes.txt").write_text("x")
+        Checkpoint.open(tmp_path / "notes.txt")
+
+
+def test_a_hugging_face_cache_folder_points_at_its_snapshot(model, tmp_path):
+    """`huggingface-cli download` leaves models--owner--name/snapshots/<revision>/: choosing the top folder names the
+    one to choose; `original/` (the reference weights' config) is not offered."""
+    top = tmp_path / "models--openai--gpt-oss-120b"
+    snap = top / "snapshots" / "0123abc"
+    shutil.copytree(model, snap)
+    (snap / "original").mkdir()
+    (snap / "original" / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match=r"the model folder is probably .*snapshots[/\\]0123abc$"):
+        Checkpoint.open(top)
+    assert Checkpoint.open(snap).config.num_hidden_layers > 0
 
 
 def test_non_mxfp4_checkpoint_refused(model):
