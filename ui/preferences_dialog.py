@@ -107,12 +107,11 @@ def validate_model_dir(text: str) -> tuple[ModelConfig | None, str]:
     if not text:
         return None, "Choose the folder of gpt-oss-120b or gpt-oss-20b (or the demo model)."
     p = Path(text).expanduser()
-    if not p.is_dir():
-        return None, f"{p} is not a folder."
     try:
-        cfg = ModelConfig.load(p)
+        cfg = ModelConfig.load(p)  # also says what a file or a missing path is (a GGUF, a cache's snapshot)
     except ConfigError as exc:
-        return None, str(exc)
+        why = str(exc)
+        return None, why if why.endswith((".", "?")) else why + "."  # a sentence: dialogs append their advice
     if not (p / "tokenizer.json").is_file():
         return None, f"{p}: tokenizer.json is missing."
     if not any(p.glob("*.safetensors")):

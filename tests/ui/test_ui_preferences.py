@@ -24,7 +24,7 @@ def _dialog(qtbot, values: PreferencesValues) -> PreferencesDialog:
 
 def test_model_folder_validation(qtbot, tmp_path, tiny_model):
     d = _dialog(qtbot, _values(str(tmp_path / "nope")))
-    assert not d.valid and "not a folder" in d.model_status.text()
+    assert not d.valid and "model folder not found." in d.model_status.text()
     d.model_edit.setText(str(tmp_path))
     assert not d.valid and "config.json" in d.model_status.text()
     d.model_edit.setText(str(tiny_model))
@@ -34,6 +34,10 @@ def test_model_folder_validation(qtbot, tmp_path, tiny_model):
     (tmp_path / "config.json").write_text((tiny_model / "config.json").read_text())
     d.model_edit.setText(str(tmp_path))
     assert not d.valid and "tokenizer.json" in d.model_status.text()
+    gguf = tmp_path / "gpt-oss-120b-mxfp4.gguf"
+    gguf.write_bytes(b"GGUF")
+    d.model_edit.setText(str(gguf))  # pasted from another runner's settings
+    assert not d.valid and "is a GGUF file" in d.model_status.text() and d.model_status.text().endswith("published.")
 
 
 def test_settings_validation_and_live_estimate(qtbot, tiny_model):
