@@ -89,6 +89,10 @@ class ReferenceBackend:
         if n < self.cache.length:
             self.cache.truncate(n)
 
+    def prepare(self, progress: ProgressFn | None = None) -> int:
+        """Load-time work a first prompt would otherwise pay for (the packed projections)."""
+        return self.model.prepare(progress)
+
     def forward(self, ids: list[int], progress: ProgressFn | None = None,
                 cancel: CancelToken | None = None) -> torch.Tensor:
         # layer-major: a long prompt reads each expert once per layer, not once per block. A stop

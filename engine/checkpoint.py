@@ -10,6 +10,7 @@ MXFP4 expert tensors are handed out as raw blocks + scales and never dequantized
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,17 @@ class Checkpoint:
 
     def bf16(self, name: str) -> torch.Tensor:
         return bf16_bits_to_tensor(self.array(name))
+
+    def bf16_view(self, name: str) -> torch.Tensor:
+        """A bf16 tensor on the file's mapping itself (no copy; read-only memory: never write to it). It keeps the
+        mapping alive, so closing the checkpoint leaves it valid. The CPU engine's dense weights: a copy cost their
+        size again in RAM and, at a first prompt, the time to fill it (issue 16: a fresh process's first request)."""
+        bits = self.array(name)
+        if bits.dtype != np.uint16:
+            raise CheckpointError(f"{self.model_dir}: tensor {name!r} is not bf16")
+        with warnings.catch_warnings():  # torch warns that the array is not writable: it is not, by design
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(bits).view(torch.bfloat16)
 
     def tensor_span(self, name: str) -> tuple[str, int, int]:
         """(shard file name, first byte, end byte) of a tensor's data in its shard."""

@@ -39,8 +39,7 @@ class PackedLinear:
         hit = self._packed.get(id(w))
         try:
             if hit is None or hit[0] is not w:
-                hit = (w, torch.ops.mkldnn._reorder_linear_weight(w.contiguous()))
-                self._packed[id(w)] = hit  # keeps w alive, so its id stays unique
+                hit = self._pack(w)
             rows = x.reshape(-1, x.shape[-1])
             y = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), hit[1], b, "none", [], "")
         except (RuntimeError, AttributeError) as exc:
@@ -49,3 +48,28 @@ class PackedLinear:
             self._packed.clear()
             return None
         return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    def _pack(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hit = (w, torch.ops.mkldnn._reorder_linear_weight(w.contiguous()))
+        self._packed[id(w)] = hit  # keeps w alive, so its id stays unique
+        return hit
+
+    def pack(self, w: torch.Tensor) -> bool:
+        """Pack ``w`` now (at load) rather than at its first prompt; False where packing does not apply."""
+        if not self.enabled or w.dtype != torch.bfloat16 or w.device.type != "cpu":
+            return False
+        hit = self._packed.get(id(w))
+        if hit is not None and hit[0] is w:
+            return True
+        try:
+            self._pack(w)
+        except (RuntimeError, AttributeError) as exc:
+            log.info("prepacked bf16 projections unavailable (%s); using F.linear", exc)
+            self.enabled = False
+            self._packed.clear()
+            return False
+        return True
+
+    def __contains__(self, w: torch.Tensor) -> bool:
+        hit = self._packed.get(id(w))
+        return hit is not None and hit[0] is w

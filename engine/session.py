@@ -172,6 +172,10 @@ class Engine:
         ck = Checkpoint.open(model_dir)
         load_tokenizer(ck.model_dir)  # fail early, before any heavy backend work
         backend, note = _select_backend(ck, settings, progress, store_path)
+        prepare = getattr(backend, "prepare", None)  # the CPU engine's packed projections: here, not in a first prompt
+        if prepare is not None:
+            prepare(None if progress is None else
+                    lambda i, n: progress(f"Preparing the CPU engine's projections ({i}/{n})", i / n))
         eng = cls(ck, settings, backend, note)
         if progress:
             progress("Ready", 1.0)
