@@ -14,7 +14,9 @@ reads 27 GB/s for the GEMV and is faster at every row count measured (1 to 512 r
 Only where oneDNN's bf16 path is native (AVX512-BF16 or AMX: ``reference.cpu_has_bf16_gemm``):
 on AVX512 without BF16 the packed GEMV was 2x slower than ``F.linear``, and on AVX2 oneDNN
 refuses to pack bf16. Any failure turns packing off and the caller uses ``F.linear``. The
-packed copy doubles the dense weights in RAM (3.1 GB at the 120b shape, head included).
+packed copies sit beside the weights, which stay on the checkpoint's mapping (1.9 GB at the 120b
+shape: each layer's q, k, v, o and router, packed at load by ``ReferenceModel.prepare``; the head
+only if all of a prompt's logits are asked for).
 """
 
 from __future__ import annotations
