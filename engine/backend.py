@@ -126,3 +126,4 @@ class ReferenceBackend:
 
     def close(self) -> None:
         self.cache = self.model.new_cache()
+        self.model.release()  # the weights' views go, so the checkpoint's mappings close with it

@@ -144,9 +144,10 @@ class Checkpoint:
         return bf16_bits_to_tensor(self.array(name))
 
     def bf16_view(self, name: str) -> torch.Tensor:
-        """A bf16 tensor on the file's mapping itself (no copy; read-only memory: never write to it). It keeps the
-        mapping alive, so closing the checkpoint leaves it valid. The CPU engine's dense weights: a copy cost their
-        size again in RAM and, at a first prompt, the time to fill it (issue 16: a fresh process's first request)."""
+        """A bf16 tensor on the file's mapping itself (no copy; read-only memory: never write to it). Valid while
+        the checkpoint is open: :meth:`close` unmaps the file (numpy's views hold no buffer export), so a holder
+        drops its views first (``ReferenceBackend.close``). The CPU engine's dense weights: a copy cost their size
+        again in RAM and, at a first prompt, the time to fill it (issue 16: a fresh process's first request)."""
         bits = self.array(name)
         if bits.dtype != np.uint16:
             raise CheckpointError(f"{self.model_dir}: tensor {name!r} is not bf16")

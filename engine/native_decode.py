@@ -45,6 +45,10 @@ class NativeDecode:
     def _give_up(self, exc: Exception) -> None:
         log.warning("native decode layer unavailable (%s); using the per-piece path", exc)
         self.enabled = False
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop the layer descriptors: they hold raw pointers to weights their model released."""
         self._layers.clear()
         self._tables.clear()
 

@@ -50,6 +50,10 @@ class NativeLinear:
         """The kernel is an optimisation: fall back to the PyTorch paths from now on, say why once."""
         log.warning("native bf16 projections unavailable (%s); using the PyTorch paths", exc)
         self.enabled = False
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop the weights' views and pointer arrays (their model released its weights)."""
         self._views.clear()
         self._plans.clear()
 

@@ -290,6 +290,19 @@ class ReferenceModel:
             self._dense[name] = t
         return t
 
+    def release(self) -> None:
+        """Drop the dense weights (views of the checkpoint's mapping) and their packed copies: the RAM goes back at
+        once, and the mapping can close (on Windows an open mapping keeps the model's files from being deleted)."""
+        for native in (self._native, self._decode):  # their caches point into the weights
+            forget = getattr(native, "forget", None)
+            if forget is not None:
+                forget()
+        self._dense.clear()
+        self._sinks.clear()
+        self._embed_bits = None
+        if self._packed is not None:
+            self._packed._packed.clear()
+
     def projection_weights(self) -> list[str]:
         """The weights a prompt's rows go through as bf16 GEMMs: each layer's q, k, v, o and router."""
         out = []

@@ -70,3 +70,20 @@ def test_load_packs_the_prompt_projections_and_the_first_prompt_packs_nothing(ti
         assert torch.equal(logits, again)
     finally:
         lazy.close()
+
+
+def test_close_drops_the_views_before_the_file_is_unmapped(tiny_model):
+    """Checkpoint.close unmaps the shards even while numpy views exist (they hold no buffer export): a weight view
+    kept past it would crash on its next read. Engine.close releases the model's views and the native caches that
+    point into them first; a weight asked for afterwards comes from a new mapping."""
+    eng = _load(tiny_model)
+    m = eng.backend.model
+    name = "model.layers.0.self_attn.q_proj.weight"
+    eng.prefill([5, 6, 7, 8])
+    eng.prefill([5, 6, 7, 8, 9])  # one decode-like row: the native caches fill
+    want = float(m.w(name).float().sum())
+    eng.close()
+    assert m._dense == {} and m._embed_bits is None and len(m._packed._packed if m._packed is not None else {}) == 0
+    assert getattr(m._native, "_views", {}) == {} and getattr(m._decode, "_layers", {}) == {}
+    assert float(m.w(name).float().sum()) == want  # a fresh view on a new mapping
+    eng.ck.close()
