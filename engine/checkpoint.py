@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import MXFP4_BLOCK, ConfigError, ModelConfig, not_a_model_folder
+from .config import MXFP4_BLOCK, ConfigError, ModelConfig
 from .safetensors_io import CheckpointError, SafetensorsFile
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -84,10 +84,8 @@ class Checkpoint:
     @classmethod
     def open(cls, model_dir: str | Path) -> Checkpoint:
         d = Path(model_dir)
-        if not d.is_dir():
-            raise CheckpointError(not_a_model_folder(d))
         try:
-            cfg = ModelConfig.load(d)
+            cfg = ModelConfig.load(d)  # says what a missing path, a file or a folder without config.json is
         except ConfigError as exc:
             raise CheckpointError(str(exc)) from exc
         if cfg.quant_method != "mxfp4":

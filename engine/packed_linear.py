@@ -38,39 +38,40 @@ class PackedLinear:
         if not self.enabled or x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16 or x.device.type != "cpu" \
                 or (b is not None and b.dtype != torch.bfloat16):
             return None
-        hit = self._packed.get(id(w))
         try:
-            if hit is None or hit[0] is not w:
-                hit = self._pack(w)
             rows = x.reshape(-1, x.shape[-1])
-            y = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), hit[1], b, "none", [], "")
+            y = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self._packed_of(w), b, "none", [], "")
         except (RuntimeError, AttributeError) as exc:
-            log.info("prepacked bf16 projections unavailable (%s); using F.linear", exc)
-            self.enabled = False
-            self._packed.clear()
+            self._give_up(exc)
             return None
         return y.reshape(*x.shape[:-1], y.shape[-1])
-
-    def _pack(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        hit = (w, torch.ops.mkldnn._reorder_linear_weight(w.contiguous()))
-        self._packed[id(w)] = hit  # keeps w alive, so its id stays unique
-        return hit
 
     def pack(self, w: torch.Tensor) -> bool:
         """Pack ``w`` now (at load) rather than at its first prompt; False where packing does not apply."""
         if not self.enabled or w.dtype != torch.bfloat16 or w.device.type != "cpu":
             return False
-        hit = self._packed.get(id(w))
-        if hit is not None and hit[0] is w:
-            return True
         try:
-            self._pack(w)
+            self._packed_of(w)
         except (RuntimeError, AttributeError) as exc:
-            log.info("prepacked bf16 projections unavailable (%s); using F.linear", exc)
-            self.enabled = False
-            self._packed.clear()
+            self._give_up(exc)
             return False
         return True
+
+    def _packed_of(self, w: torch.Tensor) -> torch.Tensor:
+        hit = self._packed.get(id(w))
+        if hit is None or hit[0] is not w:
+            hit = (w, torch.ops.mkldnn._reorder_linear_weight(w.contiguous()))
+            self._packed[id(w)] = hit  # keeps w alive, so its id stays unique
+        return hit[1]
+
+    def _give_up(self, exc: Exception) -> None:
+        log.info("prepacked bf16 projections unavailable (%s); using F.linear", exc)
+        self.enabled = False
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop the packed copies (their model released its weights)."""
+        self._packed.clear()
 
     def __contains__(self, w: torch.Tensor) -> bool:
         hit = self._packed.get(id(w))

@@ -293,15 +293,13 @@ class ReferenceModel:
     def release(self) -> None:
         """Drop the dense weights (views of the checkpoint's mapping) and their packed copies: the RAM goes back at
         once, and the mapping can close (on Windows an open mapping keeps the model's files from being deleted)."""
-        for native in (self._native, self._decode):  # their caches point into the weights
-            forget = getattr(native, "forget", None)
+        for holder in (self._native, self._decode, self._packed):  # their caches point into the weights
+            forget = getattr(holder, "forget", None)
             if forget is not None:
                 forget()
         self._dense.clear()
         self._sinks.clear()
         self._embed_bits = None
-        if self._packed is not None:
-            self._packed._packed.clear()
 
     def projection_weights(self) -> list[str]:
         """The weights a prompt's rows go through as bf16 GEMMs: each layer's q, k, v, o and router."""
@@ -318,14 +316,12 @@ class ReferenceModel:
         if self._packed is None:
             return 0
         names = self.projection_weights()
-        done = 0
         for i, name in enumerate(names):
             if not self._packed.pack(self.w(name)):
-                return done
-            done += 1
+                return i
             if progress is not None:
                 progress(i + 1, len(names))
-        return done
+        return len(names)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         if self.bf16_gemm and x.dtype == torch.bfloat16:
