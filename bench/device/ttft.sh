@@ -5,9 +5,10 @@
 #   1. wheels + native kernel (env.sh); a 36-layer 120b-shape checkpoint (uniform routing) in /dev/shm
 #   2. first-ever: a fresh Triton cache, one 600-token prompt in a fresh process (compiles the kernels)
 #   3. auto split: 600 / 3,000 / 13,000-token prompts, 2 runs each + a 600-token follow-up of each
-#   4. fixed split (<= 16 pairs to the CPU, the old rule): the same lengths, 1 run + follow-up
+#   4. fixed split (<= 16 pairs to the CPU, the old rule): the same lengths, 1 run + follow-up (FIXED=0 skips)
 #   5. auto again in a fresh process (its first 600-token prompt: cold process, warm kernel cache)
-#   6. the prompt path against the fp32 reference at the 120b expert shape (2 layers), if time is left
+#   6. the dense weights' upload, the old host copy against the mapping (bench.gpu.dense_upload)
+#   7. the prompt path against the fp32 reference at the 120b expert shape (2 layers), if time is left
 # Results in $OUT: *.json (neural bench prompt --json), ttft.log, table.md (printed last).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,8 +28,12 @@ bench() {  # name, timeout, neural bench prompt args...
 }
 bench first-ever 120 --tokens 600 --repeats 1
 bench auto 200 --tokens 600,3000,13000 --repeats 2 --followup 600
-bench fixed 150 --tokens 600,3000,13000 --repeats 1 --followup 600 --set prompt_split=fixed
+[ "${FIXED:-1}" = 1 ] && bench fixed 150 --tokens 600,3000,13000 --repeats 1 --followup 600 --set prompt_split=fixed
 bench auto-fresh 90 --tokens 600 --repeats 2
+if [ "$(left)" -gt 60 ]; then  # the dense weights' upload at load: host copy first (old) against from the mapping
+  timeout 50 python3 -m bench.gpu.dense_upload "$CK" --rounds 2 >"$OUT/dense_upload.txt" 2>&1 || echo "dense_upload exited $?"
+  cat "$OUT/dense_upload.txt"
+fi
 if [ "$(left)" -gt 100 ]; then
   echo "== check ($(( $(date +%s) - T0 )) s)" | tee -a "$OUT/ttft.log"
   timeout $(( $(left) - 10 )) python3 -m bench.gpu.prompt_device run --out "$OUT/check" --layers 2 \
