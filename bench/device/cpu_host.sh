@@ -4,7 +4,9 @@
 #      threads, its prefetch off against on, and the two AVX-512 tables (the same bits; Intel's dot4 differs only);
 #   b. CPU-only decode against llama.cpp's CPU build, 4-layer 120b shape, vocab 8192, 8 threads, depth 0, twice
 #      (N L L N each; session 25 read 1.25x with the one-chain GEMV);
-#   c. where a token goes (cpu_decode_split) and `neural bench kernel` at 8 threads;
+#   c. where a token goes (cpu_decode_split) and `neural bench kernel` at 8 threads, 1, 4 and 16-token groups too
+#      (the prompt lane's multi-token rate: 45 GFLOP/s a thread at 16 tokens in session 18's calibration, 185 on
+#      the Zen 4 VM);
 #   d. a fresh process's first 100-token prompt against its second (session 30: the dense weights on the mapping,
 #      the projections packed at load; appended to split-d8.txt).
 # GEMV=0 skips a (session25_probe.sh runs b and c this way).
@@ -27,7 +29,8 @@ for i in 1 2; do
   tail -4 "$OUT/d0-$i/table.md"
 done
 timeout 90 "$PY" -m bench.kernel.cpu_decode_split /dev/shm/neural-peer/synth-4l --threads 8 --tokens 64 >"$OUT/split-d8.txt" 2>&1
-timeout 60 "$PY" -m app.cli.main bench kernel --threads 8 --store-gib 4 --seconds 1.5 --rounds 3 >"$OUT/kernel.txt" 2>&1
+timeout 80 "$PY" -m app.cli.main bench kernel --threads 8 --tokens 1,4,16 --store-gib 4 --seconds 1.5 --rounds 3 2>&1 | tr "\r" "\n" | grep -v "synthetic store" >"$OUT/kernel.txt"
+timeout 40 "$PY" -m app.cli.main bench kernel --threads 16 --tokens 16 --store-gib 4 --seconds 1 --rounds 2 2>&1 | tr "\r" "\n" | grep -v "synthetic store" >>"$OUT/kernel.txt"
 timeout 120 "$PY" -m app.cli.main bench prompt /dev/shm/neural-peer/synth-4l --backend cpu --threads 8 --tokens 100 \
   --warmup 0 --repeats 2 --check-tokens 0 >>"$OUT/split-d8.txt" 2>&1
 cat "$OUT/split-d8.txt" "$OUT/kernel.txt" | tail -24
