@@ -6,7 +6,7 @@
 #      (N L L N each; session 25 read 1.25x with the one-chain GEMV);
 #   c. where a token goes (cpu_decode_split) and `neural bench kernel` at 8 threads, 1, 4 and 16-token groups too
 #      (the prompt lane's multi-token rate: 45 GFLOP/s a thread at 16 tokens in session 18's calibration, 185 on
-#      the Zen 4 VM);
+#      the Zen 4 VM), the vdpbf16ps loop's groups (same bits) at 8 threads and the fp32 one's at 16;
 #   d. a fresh process's first 100-token prompt against its second (session 30: the dense weights on the mapping,
 #      the projections packed at load; appended to split-d8.txt).
 # GEMV=0 skips a (session25_probe.sh runs b and c this way).
@@ -29,8 +29,16 @@ for i in 1 2; do
   tail -4 "$OUT/d0-$i/table.md"
 done
 timeout 90 "$PY" -m bench.kernel.cpu_decode_split /dev/shm/neural-peer/synth-4l --threads 8 --tokens 64 >"$OUT/split-d8.txt" 2>&1
-timeout 80 "$PY" -m app.cli.main bench kernel --threads 8 --tokens 1,4,16 --store-gib 4 --seconds 1.5 --rounds 3 2>&1 | tr "\r" "\n" | grep -v "synthetic store" >"$OUT/kernel.txt"
-timeout 40 "$PY" -m app.cli.main bench kernel --threads 16 --tokens 16 --store-gib 4 --seconds 1 --rounds 2 2>&1 | tr "\r" "\n" | grep -v "synthetic store" >>"$OUT/kernel.txt"
+kern() {  # neural bench kernel on one 4 GiB store in /dev/shm, progress lines dropped
+  timeout 70 "$PY" -m app.cli.main bench kernel --path /dev/shm/neural-kstore --store-gib 4 "$@" 2>&1 | tr "\r" "\n" \
+    | grep -v "synthetic store"
+}
+{
+  kern --threads 8 --seconds 1.5 --rounds 3
+  kern --threads 8 --tokens 1,4,16 --seconds 1 --rounds 2
+  kern --threads 8 --tokens 4,16 --isa avx512bf16 --seconds 1 --rounds 2
+  kern --threads 16 --tokens 16 --seconds 1 --rounds 2
+} >"$OUT/kernel.txt"
 timeout 120 "$PY" -m app.cli.main bench prompt /dev/shm/neural-peer/synth-4l --backend cpu --threads 8 --tokens 100 \
   --warmup 0 --repeats 2 --check-tokens 0 >>"$OUT/split-d8.txt" 2>&1
 cat "$OUT/split-d8.txt" "$OUT/kernel.txt" | tail -24
