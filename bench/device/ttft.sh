@@ -9,7 +9,8 @@
 #   5. auto again in a fresh process (its first 600-token prompt: cold process, warm kernel cache)
 #   6. the dense weights' upload, the old host copy against the mapping (bench.gpu.dense_upload)
 #   7. the prompt path against the fp32 reference at the 120b expert shape (2 layers), if time is left
-# Results in $OUT: *.json (neural bench prompt --json), ttft.log, table.md (printed last).
+# Results in $OUT: *.json (neural bench prompt --json), dense_upload.txt, table.md (printed last), logs.tgz (ttft.log,
+# synth.txt, machine.txt, check/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
@@ -38,5 +39,9 @@ if [ "$(left)" -gt 100 ]; then
   echo "== check ($(( $(date +%s) - T0 )) s)" | tee -a "$OUT/ttft.log"
   timeout $(( $(left) - 10 )) python3 -m bench.gpu.prompt_device run --out "$OUT/check" --layers 2 \
     --stages env,synth,check --ckpt-dir /dev/shm/neural-check >>"$OUT/ttft.log" 2>&1 || echo "check exited $?"
+  tail -5 "$OUT/ttft.log"  # the check's verdict or its error (session 31's gave neither: its log did not come back)
+  rm -rf /dev/shm/neural-check
 fi
 python3 -m bench.harness.ttft_table "$OUT" | tee "$OUT/table.md"
+# at most 8 files come back from a call: the logs and the check's folder in one archive
+(cd "$OUT" && tar czf logs.tgz --remove-files ttft.log synth.txt machine.txt check 2>/dev/null)
