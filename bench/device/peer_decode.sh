@@ -124,6 +124,9 @@ build_llama() {
     -DGGML_CUDA_FA="$([ "$PEER_FA" = on ] && echo ON || echo OFF)" "${extra[@]}"
   timeout $(( ${BUDGET_S:-570} - 150 )) cmake --build "$LLAMA_DIR/build" --target llama-bench -j "${BUILD_JOBS:-14}"
 }
+# Another script's checkpoints left in /dev/shm (RAM) on a warm machine starve the GGUF converter: session 31's was
+# killed (exit 137) beside ttft.sh's 36-layer checkpoint. Only this script's own folder stays.
+for d in /dev/shm/neural-*; do [ -e "$d" ] && [ "$d" != "$CK_ROOT" ] && rm -rf "$d"; done
 log "layers $LAYERS, routings $ROUTINGS, depth $DEPTH (calibrated $CAL_DEPTH), llama.cpp -ncmoe $NCMOE, backend $BACKEND, build $([ -x "$LB" ] && echo reused || echo started)"
 if [ -x "$LB" ]; then
   BPID=
