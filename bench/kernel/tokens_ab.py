@@ -1,6 +1,6 @@
 """A/B of the multi-token kernel between two builds of native/, alternated in fresh processes.
 
-    python bench/kernel/tokens_ab.py OTHER_ROOT [--threads 1,2] [--tokens 1,2,4,8,16] [--pairs 2]
+    python bench/kernel/tokens_ab.py OTHER_ROOT [--threads 1,2] [--tokens 1,2,4,8,16] [--pairs 2] [--isa auto]
 
 OTHER_ROOT is a directory holding another ``native/`` package with its extension built in place
 (e.g. ``git worktree add /tmp/old 6ad8bda && cd /tmp/old && python native/build_native.py``).
@@ -24,7 +24,7 @@ import json, sys
 sys.path[:0] = [{native_root!r}, {root!r}]
 import native.kernel
 from bench.kernel.tokens_bench import run_tokens_bench
-r = run_tokens_bench({tokens!r}, threads={threads}, path={store!r}, seconds={seconds}, isa="auto")
+r = run_tokens_bench({tokens!r}, threads={threads}, path={store!r}, seconds={seconds}, isa={isa!r})
 d = r.as_dict()
 d["native"] = native.kernel.__file__
 print(json.dumps(d))
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", default="1,2,4,8,16")
     p.add_argument("--pairs", type=int, default=2)
     p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--isa", default="auto", help="kernel table: auto, avx512, avx512bf16, avx2, scalar")
     p.add_argument("--store", default="/dev/shm/neural-tokens-ab.nstore", help="synthetic store (written if absent)")
     a = p.parse_args(argv)
     tokens = [int(t) for t in a.tokens.split(",")]
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(a.pairs):
             for native_root in (a.other_root, str(ROOT)):
                 code = CHILD.format(native_root=native_root, root=str(ROOT), tokens=tokens, threads=threads,
-                                    store=a.store, seconds=a.seconds)
+                                    store=a.store, seconds=a.seconds, isa=a.isa)
                 out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                 d = json.loads(out.stdout.strip().splitlines()[-1])
                 d["root"] = native_root
