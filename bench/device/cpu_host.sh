@@ -11,7 +11,7 @@
 #   d. a fresh process's first 100-token prompt against its second (session 30: the dense weights on the mapping,
 #      the projections packed at load; appended to split-d8.txt).
 # GEMV=0 skips a (session25_probe.sh runs b and c this way).
-# $OUT: gemv.txt, d0-1/, d0-2/ (peer_decode.sh outputs), split-d8.txt, kernel.txt, lscpu.txt
+# $OUT: gemv.txt, d0-1/, d0-2/ (peer_decode.sh outputs), split-d8.txt, kernel.txt, lscpu.txt, rows_max.jsonl
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . bench/device/env.sh >/dev/null 2>&1  # wheels, native build, $PY, $OUT
@@ -40,6 +40,12 @@ kern() {  # neural bench kernel on one 4 GiB store in /dev/shm, progress lines d
   kern --threads 8 --tokens 4,16 --isa avx512bf16 --seconds 1 --rounds 2
   kern --threads 16 --tokens 16 --seconds 1 --rounds 2
 } >"$OUT/kernel.txt"
+# e. the register path at every group size (-DNEURAL_ROWS_TOK_MAX=256) against the tiles above 20 tokens, fp32 table:
+#    on the Zen 4 VM 1.08-1.22x at 24-64 tokens after session 31's loop order; the Intel default stays 20 until measured
+rm -rf /tmp/nvar && mkdir -p /tmp/nvar && cp -r native /tmp/nvar/ && rm -f /tmp/nvar/native/*.so \
+  && (cd /tmp/nvar && CFLAGS="-DNEURAL_ROWS_TOK_MAX=256" "$PY" -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)") \
+  >/tmp/nvar.log 2>&1 && timeout 150 "$PY" bench/kernel/tokens_ab.py /tmp/nvar --threads 8 --tokens 16,24,32,64 --pairs 2 \
+  --seconds 1 --isa avx512 --store /dev/shm/neural-kstore >"$OUT/rows_max.jsonl" 2>&1 || echo "rows_max variant failed"
 timeout 120 "$PY" -m app.cli.main bench prompt /dev/shm/neural-peer/synth-4l --backend cpu --threads 8 --tokens 100 \
   --warmup 0 --repeats 2 --check-tokens 0 >>"$OUT/split-d8.txt" 2>&1
 cat "$OUT/split-d8.txt" "$OUT/kernel.txt" | tail -24
