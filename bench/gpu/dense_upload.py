@@ -1,6 +1,6 @@
 """The GPU core's dense weights to the GPU, the old way against the new, mirrored in one process (issue 16: load
 time, what every launch waits for): A copies each weight out of the checkpoint's mapping on the host, then uploads
-it (``Checkpoint.bf16(...).to(dev)``); B uploads from the mapping itself (``engine.gpu.core.dense``). Each round
+it (``Checkpoint.bf16(...).to(dev)``); B uploads from the mapping itself (``engine.gpu.core.dense_cat``). Each round
 drops the uploads before the next; the checkpoint's pages are in the page cache after the first pass, as they are
 for a launch that follows another.
 
@@ -17,7 +17,7 @@ import time
 import torch
 
 from engine.checkpoint import Checkpoint
-from engine.gpu.core import dense, dense_cat
+from engine.gpu.core import dense_cat
 
 
 def names(ck: Checkpoint) -> list[list[str]]:
@@ -40,7 +40,7 @@ def old_way(ck: Checkpoint, group: list[str], dev: torch.device) -> torch.Tensor
 
 
 def new_way(ck: Checkpoint, group: list[str], dev: torch.device) -> torch.Tensor:
-    return dense(ck, group[0], dev) if len(group) == 1 else dense_cat(ck, group, dev)
+    return dense_cat(ck, group, dev)
 
 
 def timed(fn, ck: Checkpoint, groups: list[list[str]], dev: torch.device) -> tuple[float, list[torch.Tensor]]:

@@ -38,17 +38,18 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def dense(ck: Checkpoint, name: str, dev: torch.device) -> torch.Tensor:
-    """One bf16 weight on ``dev``. To a GPU it is copied straight from the checkpoint's mapping: a host copy
-    first cost the dense bytes again in fresh pages (3.1 GB at 36 layers) before the upload. Off a GPU (the
-    interpreted tests) the core owns a writable copy, as the mapping is read-only and unmapped at close."""
+    """One bf16 weight on ``dev`` (:func:`dense_cat` of one)."""
     return dense_cat(ck, [name], dev)
 
 
 def dense_cat(ck: Checkpoint, names: list[str], dev: torch.device) -> torch.Tensor:
-    """Weights concatenated along their first dimension on ``dev``, each copied into its rows (no temporary)."""
-    src = [ck.bf16_view(n) if dev.type == "cuda" else ck.bf16(n) for n in names]
-    if len(src) == 1 and dev.type != "cuda":
-        return src[0].contiguous()
+    """Weights concatenated along their first dimension on ``dev``. To a GPU each is copied straight from the
+    checkpoint's mapping into its rows: a host copy first cost the dense bytes again in fresh pages (3.1 GB at 36
+    layers) before the upload. Off a GPU (the interpreted tests) the core owns a writable copy, as the mapping is
+    read-only and unmapped at close."""
+    src = [ck.bf16_view(n) for n in names]
+    if dev.type != "cuda":
+        return torch.cat(src)
     out = torch.empty((sum(t.shape[0] for t in src), *src[0].shape[1:]), dtype=torch.bfloat16, device=dev)
     row = 0
     for t in src:
