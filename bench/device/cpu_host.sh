@@ -42,9 +42,12 @@ kern() {  # neural bench kernel on one 4 GiB store in /dev/shm, progress lines d
 } >"$OUT/kernel.txt"
 # e. the register path at every group size (-DNEURAL_ROWS_TOK_MAX=256) against the tiles above 20 tokens, fp32 table:
 #    on the Zen 4 VM 1.08-1.22x at 24-64 tokens after session 31's loop order; the Intel default stays 20 until measured
-rm -rf /tmp/nvar && mkdir -p /tmp/nvar && cp -r native /tmp/nvar/ && rm -f /tmp/nvar/native/*.so \
-  && (cd /tmp/nvar && CFLAGS="-DNEURAL_ROWS_TOK_MAX=256" "$PY" -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)") \
-  >/tmp/nvar.log 2>&1 && timeout 150 "$PY" bench/kernel/tokens_ab.py /tmp/nvar --threads 8 --tokens 16,24,32,64 --pairs 2 \
+vbuild() {  # $1 root, $2 NEURAL_ROWS_TOK_MAX: both sides built alike (CFLAGS replaces Python's own -O3 flags)
+  rm -rf "$1" && mkdir -p "$1" && cp -r native "$1/" && rm -f "$1"/native/*.so \
+    && (cd "$1" && CFLAGS="-O3 -DNDEBUG -DNEURAL_ROWS_TOK_MAX=$2" "$PY" -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)")
+}
+vbuild /tmp/nvar 256 >/tmp/nvar.log 2>&1 && vbuild /tmp/nbase 20 >>/tmp/nvar.log 2>&1 \
+  && timeout 150 "$PY" bench/kernel/tokens_ab.py /tmp/nvar --base /tmp/nbase --threads 8 --tokens 16,24,32,64 --pairs 2 \
   --seconds 1 --isa avx512 --store /dev/shm/neural-kstore >"$OUT/rows_max.jsonl" 2>&1 || echo "rows_max variant failed"
 timeout 120 "$PY" -m app.cli.main bench prompt /dev/shm/neural-peer/synth-4l --backend cpu --threads 8 --tokens 100 \
   --warmup 0 --repeats 2 --check-tokens 0 >>"$OUT/split-d8.txt" 2>&1

@@ -1,6 +1,6 @@
 """A/B of the multi-token kernel between two builds of native/, alternated in fresh processes.
 
-    python bench/kernel/tokens_ab.py OTHER_ROOT [--threads 1,2] [--tokens 1,2,4,8,16] [--pairs 2] [--isa auto]
+    python bench/kernel/tokens_ab.py OTHER_ROOT [--base ROOT] [--threads 1,2] [--tokens 1,2,4,8,16] [--pairs 2]
 
 OTHER_ROOT is a directory holding another ``native/`` package with its extension built in place
 (e.g. ``git worktree add /tmp/old 6ad8bda && cd /tmp/old && python native/build_native.py``).
@@ -40,13 +40,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--isa", default="auto", help="kernel table: auto, avx512, avx512bf16, avx2, scalar")
     p.add_argument("--store", default="/dev/shm/neural-tokens-ab.nstore", help="synthetic store (written if absent)")
+    p.add_argument(
+        "--base",
+        default=str(ROOT),
+        help="root of the build to compare against (default: this checkout); a build made with CFLAGS set "
+        "replaces Python's own flags, so compare two such builds with each other, not with pip's",
+    )
     a = p.parse_args(argv)
     tokens = [int(t) for t in a.tokens.split(",")]
     for threads in (int(t) for t in a.threads.split(",")):
         for _ in range(a.pairs):
-            for native_root in (a.other_root, str(ROOT)):
-                code = CHILD.format(native_root=native_root, root=str(ROOT), tokens=tokens, threads=threads,
-                                    store=a.store, seconds=a.seconds, isa=a.isa)
+            for native_root in (a.other_root, a.base):
+                code = CHILD.format(
+                    native_root=native_root,
+                    root=str(ROOT),
+                    tokens=tokens,
+                    threads=threads,
+                    store=a.store,
+                    seconds=a.seconds,
+                    isa=a.isa,
+                )
                 out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                 d = json.loads(out.stdout.strip().splitlines()[-1])
                 d["root"] = native_root
