@@ -973,7 +973,7 @@ static void token_rows(tok_job *j, float *scr, long r0, long r1, const float *zf
     float *acc = scr + L.acc, *S = scr + L.S;
     void *q = scr + L.q;
     int ng = tok_groups(ntok), seg = tok_seg(G);
-    if (kf->rows4tok && (!kf->tile4 || ntok <= NEURAL_ROWS_TOK_MAX)) { /* r1 - r0 <= CH_TOK_GATE_UP: a chunk */
+    if (kf->rows4tok && (!kf->tile4 || ntok <= kf->rows_tok_max)) { /* r1 - r0 <= CH_TOK_GATE_UP: a chunk */
         /* tokens in near-equal groups of 2-4, each row decoded in registers per group. The group is the outer
            loop: one group's inputs (4 x 2,880 fp32 = 46 KB at the 120b width, half in bf16) are read for
            every row of the chunk while they are in L1/L2, where the row-quad outer loop read each group's

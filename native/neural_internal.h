@@ -41,10 +41,13 @@ static inline uint16_t neural_round_bf16(float f) {
 #define NEURAL_MAX_G (16384 / 32)
 #define NEURAL_TOK_SEG 128                /* most blocks per decode4 call: 4 rows x 128 blocks = 64 KB of fp32 q */
 #define NEURAL_TOK_ACC_ROW (4 * 16)       /* floats per row in an accumulator tile (4 tokens x 16 lanes) */
-/* Most tokens per expert call that AVX-512 runs through rows4tok rather than decode4/tile4:
-   see the measurement at rows4tok_avx512 */
+/* Most tokens per expert call that the AVX-512 tables run through rows4tok rather than decode4/tile4 (a build
+   may override them to measure): see the measurements at rows4tok_avx512 and rows4tok_avx512bf16 */
 #ifndef NEURAL_ROWS_TOK_MAX
 #define NEURAL_ROWS_TOK_MAX 20
+#endif
+#ifndef NEURAL_ROWS_TOK_MAX_BF16
+#define NEURAL_ROWS_TOK_MAX_BF16 16
 #endif
 
 /* neural_expf's constants (neural_experts.c), one truth for the scalar definition and its vector copies in
@@ -85,7 +88,7 @@ typedef struct neural_kernels {
     int tok_bf16;
     /* 2..4 tokens x 4 rows, whole rows decoded in registers: out[4 * r + t] = dot(row r, z[t]), z as
        for tile4 with g0 = 0. AVX2 has only this (decode4/tile4 NULL): every token count, in groups
-       of 2-4. AVX-512 has both: this up to NEURAL_ROWS_TOK_MAX tokens, the tiles above. */
+       of 2-4. AVX-512 has both: this up to rows_tok_max tokens (NEURAL_ROWS_TOK_MAX, _BF16), the tiles above. */
     void (*rows4tok)(const uint8_t *const codes[4], const uint8_t *const scales[4], int G, const void *const z[4],
                      int nt, float out[16]);
     /* checksum of a read of n bytes (n multiple of 256, p 64-byte aligned) */
@@ -118,6 +121,8 @@ typedef struct neural_kernels {
     /* out[i] = dot(w[i][0..n), x) for 4 bf16 rows (n a multiple of 16) in neural_linear_bf16's 64-lane order
        (gemv4w_scalar): the one-token projections */
     void (*gemv4w_bf16)(const uint16_t *const w[4], const float *x, int n, float out[4]);
+    /* most tokens per expert call that go through rows4tok where decode4/tile4 exist too (the tiles above) */
+    int rows_tok_max;
 } neural_kernels;
 
 /*

@@ -166,7 +166,7 @@ static void gemv4w_scalar(const uint16_t *const w[4], const float *x, int n, flo
 }
 
 const neural_kernels neural_kernels_scalar = {1, dot4_scalar, decode4_scalar, tile4_scalar, 0, NULL, read_scalar, NULL,
-                                              gemv4_scalar, NULL, NULL, NULL, NULL, NULL, gemv4w_scalar};
+                                              gemv4_scalar, NULL, NULL, NULL, NULL, NULL, gemv4w_scalar, 0};
 
 #if NEURAL_X86
 /* ------------------------------------------------------------------------------------------ */
@@ -511,7 +511,7 @@ NEURAL_TARGET_AVX2 static void round_bf16_avx2(float *p, int n) {
 }
 
 const neural_kernels neural_kernels_avx2 = {2, dot4_avx2, NULL, NULL, 0, rows4tok_avx2, read_avx2, NULL, NULL,
-                                            pv8_avx2, NULL, scores_avx2, att_exp_avx2, round_bf16_avx2, gemv4w_avx2};
+                                            pv8_avx2, NULL, scores_avx2, att_exp_avx2, round_bf16_avx2, gemv4w_avx2, 0};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512: one block = one zmm of 16 lanes; codes -> q with vpermps on the nibble (low 4 bits) */
@@ -917,7 +917,8 @@ NEURAL_TARGET_AVX512 static void round_bf16_avx512(float *p, int n) {
 
 const neural_kernels neural_kernels_avx512 = {3, dot4_avx512, decode4_avx512, tile4_avx512, 0, rows4tok_avx512,
                                               read_avx512, swiglu16_avx512, NULL, pv8_avx512, exp16_avx512,
-                                              scores_avx512, att_exp_avx512, round_bf16_avx512, gemv4w_avx512};
+                                              scores_avx512, att_exp_avx512, round_bf16_avx512, gemv4w_avx512,
+                                              NEURAL_ROWS_TOK_MAX};
 
 /* ------------------------------------------------------------------------------------------ */
 /* AVX-512 BF16: the same arithmetic with vdpbf16ps. The inputs are bf16-exact and never below
@@ -1021,8 +1022,69 @@ NEURAL_TARGET_AVX512BF16 static void tile4_avx512bf16(const void *qv, const floa
     }
 }
 
-const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, decode4_avx512bf16, tile4_avx512bf16, 1, NULL,
-                                                  read_avx512, swiglu16_avx512, NULL, pv8_avx512,
+/* The register path in bf16 mode: two rows decoded in registers as BF16_ROW does and used at once by every
+   token of the group, per token one vdpbf16ps from zero and one fma with the scale: tile_avx512bf16's
+   operations in its order, and hsum16 is reduce16's tree, so the same bits. This table had the tiles only;
+   `bench/kernel/tokens_ab.py --isa avx512bf16 --threads 2` on the Zen 4 VM (AMD's default table), tiles at every
+   size against registers at every size, both built alike, ms a group, two pairs: 2 tokens 0.896 / 0.878 ->
+   0.581 / 0.582, 4 tokens 1.249 / 1.168 -> 0.816 / 0.817, 8 tokens 1.591 / 1.566 -> 1.413 / 1.411, 12 tokens
+   2.121 / 2.125 -> 1.978 / 1.979, 16 tokens 2.609 / 2.612 -> 2.550 / 2.590, 20 tokens 3.076 / 3.089 -> 3.136 /
+   3.145, 24 and 32 slower (3.568 -> 3.756, 4.594 -> 4.921) (MEASURED, session 32): NEURAL_ROWS_TOK_MAX_BF16 16.
+   It also beats the fp32 table's register path (2 / 4 tokens 0.68 / 0.94 ms): half the input bytes, two
+   floating-point operations a token where that one has three. */
+NEURAL_TARGET_AVX512BF16 static NEURAL_INLINE void rowpair_avx512bf16(const uint8_t *c0, const uint8_t *c1,
+                                                                      const uint8_t *s0, const uint8_t *s1, int G,
+                                                                      const uint16_t *const *z, float *o0, float *o1,
+                                                                      const int NT) {
+    const __m512i lut = _mm512_loadu_si512((const void *)lut2_bf16), nib = _mm512_set1_epi32(0x1001);
+    __m512 a0[4], a1[4];
+    NEURAL_UNROLL for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm512_setzero_ps();
+    const int pfd = neural_prefetch_bytes;
+    for (int g = 0; g < G; g++) {
+        if (pfd) {
+            _mm_prefetch((const char *)(c0 + 16 * (size_t)g + pfd), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c1 + 16 * (size_t)g + pfd), _MM_HINT_T0);
+        }
+        __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c0 + 16 * g)));
+        __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c1 + 16 * g)));
+        v0 = _mm512_permutexvar_epi16(_mm512_madd_epi16(v0, nib), lut);
+        v1 = _mm512_permutexvar_epi16(_mm512_madd_epi16(v1, nib), lut);
+        const __m512 S0 = _mm512_set1_ps(neural_scale2[s0[g]]), S1 = _mm512_set1_ps(neural_scale2[s1[g]]);
+        NEURAL_UNROLL for (int t = 0; t < NT; t++) {
+            const __m512i zz = _mm512_loadu_si512((const void *)(z[t] + 32 * (size_t)g));
+            const __m512 e0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), NEURAL_AS_BH(v0), NEURAL_AS_BH(zz));
+            const __m512 e1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), NEURAL_AS_BH(v1), NEURAL_AS_BH(zz));
+            a0[t] = _mm512_fmadd_ps(e0, S0, a0[t]);
+            a1[t] = _mm512_fmadd_ps(e1, S1, a1[t]);
+        }
+    }
+    NEURAL_UNROLL for (int t = 0; t < NT; t++) {
+        o0[t] = hsum16_avx512(a0[t]);
+        o1[t] = hsum16_avx512(a1[t]);
+    }
+}
+
+NEURAL_TARGET_AVX512BF16 static void rows4tok_avx512bf16(const uint8_t *const codes[4], const uint8_t *const sc[4],
+                                                         int G, const void *const zv[4], int nt, float out[16]) {
+    const uint16_t *z[4] = {(const uint16_t *)zv[0], (const uint16_t *)zv[nt > 1],
+                            (const uint16_t *)zv[nt > 2 ? 2 : 0], (const uint16_t *)zv[nt > 3 ? 3 : 0]};
+    for (int r = 0; r < 4; r += 2) {
+        switch (nt) {
+        case 4:
+            rowpair_avx512bf16(codes[r], codes[r + 1], sc[r], sc[r + 1], G, z, out + 4 * r, out + 4 * r + 4, 4);
+            break;
+        case 3:
+            rowpair_avx512bf16(codes[r], codes[r + 1], sc[r], sc[r + 1], G, z, out + 4 * r, out + 4 * r + 4, 3);
+            break;
+        default:
+            rowpair_avx512bf16(codes[r], codes[r + 1], sc[r], sc[r + 1], G, z, out + 4 * r, out + 4 * r + 4, 2);
+            break;
+        }
+    }
+}
+
+const neural_kernels neural_kernels_avx512bf16 = {4, dot4_avx512bf16, decode4_avx512bf16, tile4_avx512bf16, 1,
+                                                  rows4tok_avx512bf16, read_avx512, swiglu16_avx512, NULL, pv8_avx512,
                                                   exp16_avx512, scores_avx512, att_exp_avx512, round_bf16_avx512,
-                                                  gemv4w_avx512};
+                                                  gemv4w_avx512, NEURAL_ROWS_TOK_MAX_BF16};
 #endif
