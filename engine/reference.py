@@ -172,8 +172,8 @@ def _inv_freq(cfg: ModelConfig) -> tuple[torch.Tensor, float]:
 
 
 def rope_cos_sin(cfg: ModelConfig, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_t, conc = _inv_freq(cfg)
-    ang = positions.float()[:, None] * inv_t[None, :]
+    inv_t, conc = _inv_freq(cfg)  # cached on the CPU: follow the positions (a device reference runs on a GPU)
+    ang = positions.float()[:, None] * inv_t.to(positions.device)[None, :]
     return (ang.cos() * conc).to(dtype), (ang.sin() * conc).to(dtype)
 
 
