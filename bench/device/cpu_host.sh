@@ -11,7 +11,7 @@
 #   d. a fresh process's first 100-token prompt against its second (session 30: the dense weights on the mapping,
 #      the projections packed at load; appended to split-d8.txt).
 # GEMV=0 skips a (session25_probe.sh runs b and c this way).
-# $OUT: gemv.txt, d0-1/, d0-2/ (peer_decode.sh outputs), split-d8.txt, kernel.txt, lscpu.txt, rows_max.jsonl
+# $OUT: gemv.txt, d0-1/, d0-2/ (peer_decode.sh outputs), split-d8.txt, split-spin0.txt, kernel.txt, lscpu.txt
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . bench/device/env.sh >/dev/null 2>&1  # wheels, native build, $PY, $OUT
@@ -40,15 +40,13 @@ kern() {  # neural bench kernel on one 4 GiB store in /dev/shm, progress lines d
   kern --threads 8 --tokens 4,16 --isa avx512bf16 --seconds 1 --rounds 2
   kern --threads 16 --tokens 16 --seconds 1 --rounds 2
 } >"$OUT/kernel.txt"
-# e. the register path at every group size (-DNEURAL_ROWS_TOK_MAX=256) against the tiles above 20 tokens, fp32 table:
-#    on the Zen 4 VM 1.08-1.22x at 24-64 tokens after session 31's loop order; the Intel default stays 20 until measured
-vbuild() {  # $1 root, $2 NEURAL_ROWS_TOK_MAX: both sides built alike (CFLAGS replaces Python's own -O3 flags)
-  rm -rf "$1" && mkdir -p "$1" && cp -r native "$1/" && rm -f "$1"/native/*.so \
-    && (cd "$1" && CFLAGS="-O3 -DNDEBUG -DNEURAL_ROWS_TOK_MAX=$2" "$PY" -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)")
-}
-vbuild /tmp/nvar 256 >/tmp/nvar.log 2>&1 && vbuild /tmp/nbase 20 >>/tmp/nvar.log 2>&1 \
-  && timeout 150 "$PY" bench/kernel/tokens_ab.py /tmp/nvar --base /tmp/nbase --threads 8 --tokens 16,24,32,64 --pairs 2 \
-  --seconds 1 --isa avx512 --store /dev/shm/neural-kstore >"$OUT/rows_max.jsonl" 2>&1 || echo "rows_max variant failed"
+# e. the fused decode layer's Python (glue) with the team's workers sleeping at once (--spin-us 0) against their 200 us
+#    spin: session 32 read 192 us a layer here against 44 on the 2-core VM; if spinning workers share cores with the
+#    caller, the glue falls with spin 0 (and the native calls' wake-ups rise). The register/tile threshold (session 32's
+#    step e: tiles win above 20 tokens on this host) is settled.
+timeout 90 "$PY" -m bench.kernel.cpu_decode_split /dev/shm/neural-peer/synth-4l --threads 8 --tokens 64 --spin-us 0 \
+  >"$OUT/split-spin0.txt" 2>&1
+grep -E "fused layer|tok/s \(" "$OUT/split-spin0.txt"
 timeout 120 "$PY" -m app.cli.main bench prompt /dev/shm/neural-peer/synth-4l --backend cpu --threads 8 --tokens 100 \
   --warmup 0 --repeats 2 --check-tokens 0 >>"$OUT/split-d8.txt" 2>&1
 cat "$OUT/split-d8.txt" "$OUT/kernel.txt" | tail -24

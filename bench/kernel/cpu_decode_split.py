@@ -113,7 +113,7 @@ def _fused_pass(model: Any, be: Any, ids: list[int]) -> dict[str, float] | None:
 
 
 def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool = False,
-        isa: str | None = None) -> dict[str, Any]:
+        isa: str | None = None, spin_us: int | None = None) -> dict[str, Any]:
     import torch
 
     from engine.session import Engine
@@ -133,6 +133,8 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool
         except Exception:
             eng.close()
             raise
+    if spin_us is not None:  # how long the team's workers spin for the next job before they sleep (default 200)
+        kernel.set_spin_us(spin_us)
     if separate_qkv:  # a projection without many(): the reference runs q, k and v one call each
         model._native = lambda x, w, b=None: native(x, w, b)
     feed = [int(i) for i in np.random.default_rng(0).integers(100, min(cfg.vocab_size, 30000), 4 * tokens + depth)]
@@ -208,7 +210,7 @@ def run(ckpt: str, threads: int, tokens: int, depth: int = 8, separate_qkv: bool
                  "GB_s": nbytes[k] / v / 1e9 if v > 0 and nbytes[k] else None} for k, v in spent.items()}
     native_s = sum(spent.values()) / tokens
     token_bytes = sum(nbytes.values()) / tokens
-    return {"ckpt": ckpt, "threads": threads, "tokens": tokens, "depth": depth, "isa": kernel.isa,
+    return {"ckpt": ckpt, "threads": threads, "tokens": tokens, "depth": depth, "isa": kernel.isa, "spin_us": spin_us,
             "tok_s_MEASURED": 1.0 / plain_s, "ms_per_token_MEASURED": 1e3 * plain_s,
             "ms_per_token_split": 1e3 * split_s, "generate": loop, "parts": parts, "separate_qkv": separate_qkv,
             "other_ms_per_token": 1e3 * (split_s - native_s),
@@ -229,12 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--depth", type=int, default=8, help="prompt tokens before the decode (the context's depth)")
     p.add_argument("--separate-qkv", action="store_true", help="q, k and v one native call each (the old path)")
     p.add_argument("--isa", help="the kernel's ISA table (e.g. avx2 on an AVX-512 machine); default: the best")
+    p.add_argument("--spin-us", type=int, help="the team's spin before its workers sleep (the kernel's default: 200)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    if a.spin_us is not None and a.spin_us < 0:
+        p.error("--spin-us must be >= 0")
     if a.tokens < 1 or a.threads < 1 or a.depth < 1:
         p.error("--tokens, --threads and --depth must be >= 1")
     try:
-        r = run(a.ckpt, a.threads, a.tokens, a.depth, a.separate_qkv, a.isa)
+        r = run(a.ckpt, a.threads, a.tokens, a.depth, a.separate_qkv, a.isa, a.spin_us)
     except (ValueError, OSError, KernelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
