@@ -36,8 +36,8 @@ kern() {  # neural bench kernel on one 4 GiB store in /dev/shm, progress lines d
 }
 {
   kern --threads 8 --seconds 1.5 --rounds 3
-  kern --threads 8 --tokens 1,4,16 --seconds 1 --rounds 2
-  kern --threads 8 --tokens 4,16 --isa avx512bf16 --seconds 1 --rounds 2
+  kern --threads 8 --tokens 1,2,3,4,16 --seconds 1 --rounds 2  # 2-3: the row quads (session 32)
+  kern --threads 8 --tokens 2,4,16 --isa avx512bf16 --seconds 1 --rounds 2
   kern --threads 16 --tokens 16 --seconds 1 --rounds 2
 } >"$OUT/kernel.txt"
 # e. the fused decode layer's Python (glue) with the team's workers sleeping at once (--spin-us 0) against their 200 us
