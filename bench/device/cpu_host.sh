@@ -10,6 +10,7 @@
 #      the Zen 4 VM), the vdpbf16ps loop's groups (same bits) at 8 threads and the fp32 one's at 16;
 #   d. a fresh process's first 100-token prompt against its second (session 30: the dense weights on the mapping,
 #      the projections packed at load; appended to split-d8.txt).
+#   e. the fused decode layer's glue with the team's spin off (split-spin0.txt).
 # GEMV=0 skips a (session25_probe.sh runs b and c this way).
 # $OUT: gemv.txt, d0-1/, d0-2/ (peer_decode.sh outputs), split-d8.txt, split-spin0.txt, kernel.txt, lscpu.txt
 set -uo pipefail

@@ -21,6 +21,13 @@ if ! "$PY" -c "import native._neural_native" 2>/dev/null; then
   "$PY" -c "from native.build_native import ffibuilder; ffibuilder.compile(tmpdir='.', verbose=False)" \
     >"${NATIVE_LOG:-$OUT/native_build.log}" 2>&1 || echo "native build failed (native_build.log); CPU experts fall back to PyTorch"
 fi
+# shm_keep DIR: remove every other /dev/shm/neural-* folder. Another script's checkpoints left in /dev/shm (RAM) on a
+# warm machine starve this one's: session 31's GGUF converter (peer_decode.sh) and session 32's 36-layer synth
+# (ttft.sh) were killed beside them.
+shm_keep() {
+  local d
+  for d in /dev/shm/neural-*; do [ -e "$d" ] && [ "$d" != "$1" ] && rm -rf "$d"; done
+}
 # bench_run NAME TIMEOUT LOG ARGS...: `neural bench ARGS... --json` into $OUT/NAME.json (stderr to LOG),
 # skipped when fewer than 40 s of the call's budget are left, its timeout cut to what is left.
 bench_run() {

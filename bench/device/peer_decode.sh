@@ -124,9 +124,6 @@ build_llama() {
     -DGGML_CUDA_FA="$([ "$PEER_FA" = on ] && echo ON || echo OFF)" "${extra[@]}"
   timeout $(( ${BUDGET_S:-570} - 150 )) cmake --build "$LLAMA_DIR/build" --target llama-bench -j "${BUILD_JOBS:-14}"
 }
-# Another script's checkpoints left in /dev/shm (RAM) on a warm machine starve the GGUF converter: session 31's was
-# killed (exit 137) beside ttft.sh's 36-layer checkpoint. Only this script's own folder stays.
-for d in /dev/shm/neural-*; do [ -e "$d" ] && [ "$d" != "$CK_ROOT" ] && rm -rf "$d"; done
 log "layers $LAYERS, routings $ROUTINGS, depth $DEPTH (calibrated $CAL_DEPTH), llama.cpp -ncmoe $NCMOE, backend $BACKEND, build $([ -x "$LB" ] && echo reused || echo started)"
 if [ -x "$LB" ]; then
   BPID=
@@ -140,6 +137,7 @@ fi
 # --- b. checkpoint and GGUF -------------------------------------------------------------------
 # shellcheck source=bench/device/env.sh
 NATIVE_LOG=/tmp/peer_native_build.log . bench/device/env.sh
+shm_keep "$CK_ROOT"  # only this script's checkpoints in RAM
 # shellcheck disable=SC2086  # SYNTH_ARGS: several flags, split on purpose
 [ -f "$CK/SYNTHETIC.json" ] || timeout 200 "$PY" -m app.cli.main synth --preset 120b-shape --layers "$LAYERS" \
   --seed 1 --jobs 8 --fast ${SYNTH_ARGS:-} --out "$CK" 2>&1 | tr '\r' '\n' | grep -v "GiB *$" | tail -3 >>"$LOG"

@@ -21,8 +21,7 @@ CK=/dev/shm/neural-ttft/uniform
 export NEURAL_CACHE_DIR=/tmp/neural-ttft-cache  # hot set + Triton cache: fresh for this call
 export NEURAL_O200K_DIR=$PWD/.o200k  # the real tokenizer, built here and carried (python -m engine.synth.o200k .o200k)
 rm -rf "$NEURAL_CACHE_DIR"
-# another script's checkpoints in /dev/shm (RAM) on a warm machine: session 32's synth here was killed beside them
-for d in /dev/shm/neural-*; do [ -e "$d" ] && [ "$d" != "${CK%/*}" ] && rm -rf "$d"; done
+shm_keep "${CK%/*}"  # only this script's checkpoints in RAM
 [ -f "$CK/SYNTHETIC.json" ] || python3 -m app.cli.main synth --preset 120b-shape --layers "$LAYERS" --seed 1 \
   --jobs 8 --fast --out "$CK" >"$OUT/synth.txt" 2>&1 || { echo "synth failed"; tail "$OUT/synth.txt"; exit 1; }
 echo "synth done at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/ttft.log"
